@@ -1,0 +1,1 @@
+"""Pydantic models generated from spec/ by tools/codegen. Never edit by hand."""

@@ -1,0 +1,178 @@
+"""Builds the server: the Connexion app from spec/openapi, and its state.
+
+Server (ASGI)            lifespan: load the launch model, close at exit
+  -> connexion AsyncApp  routing + validation against spec/openapi/v1.yaml
+     -> handlers/        thin: typed request in, service call, response out
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from connexion import AsyncApp
+from connexion.exceptions import ProblemException
+from connexion.lifecycle import ConnexionRequest, ConnexionResponse
+from connexion.options import SwaggerUIOptions
+from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
+
+from .http.errors import ApiError, internal_error
+from .http.validation import OpenAIBodyValidator
+from .models.manager import ModelManager
+from .models.registry import ModelRegistry, embedded_default
+from .serving.scheduler import Scheduler
+from .serving.service import CompletionService
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+_PROBLEM_CODES = {
+    400: "invalid_parameter",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    settings: Settings
+    manager: ModelManager
+    scheduler: Scheduler
+    completions: CompletionService
+
+
+def _respond(error: ApiError) -> ConnexionResponse:
+    return ConnexionResponse(
+        status_code=error.status,
+        body=error.body_bytes(),
+        mimetype="application/json",
+        headers=error.headers,
+    )
+
+
+def _api_error(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+    assert isinstance(exc, ApiError)
+    if exc.status >= 500:
+        log.error("%s: %s", exc.code, exc.message)
+    return _respond(exc)
+
+
+def _http_error(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+    status = exc.status_code if isinstance(exc, HTTPException) else getattr(exc, "status", 500)
+    detail = exc.detail if isinstance(exc, HTTPException | ProblemException) else None
+    code = _PROBLEM_CODES.get(int(status))
+    if code is None:
+        log.error("unexpected problem %r", exc)
+        return _respond(internal_error())
+    message = (
+        str(detail)
+        if detail
+        else {404: "No such route.", 405: "Method not allowed."}.get(
+            int(status), "The request is invalid."
+        )
+    )
+    return _respond(ApiError(code, message))
+
+
+def _server_fault(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+    log.error("unhandled error", exc_info=exc)
+    return _respond(internal_error())
+
+
+def _launch_path(settings: Settings) -> Path | None:
+    if settings.model is None:
+        return embedded_default()
+    path = Path(settings.model).expanduser()
+    if path.exists():
+        return path
+    return None  # an id from the models directory
+
+
+def build_connexion() -> AsyncApp:
+    """The Connexion app for spec/openapi, with OpenAI-format errors everywhere."""
+    spec_dir = Path(str(resources.files("miserver.spec") / "openapi"))
+    app = AsyncApp(
+        __name__, specification_dir=spec_dir, swagger_ui_options=SwaggerUIOptions(swagger_ui=False)
+    )
+    app.add_api(
+        "v1.yaml",
+        validator_map={"body": {"application/json": OpenAIBodyValidator}},
+        strict_validation=False,
+        validate_responses=False,
+    )
+    app.add_error_handler(ApiError, _api_error)
+    app.add_error_handler(ProblemException, _http_error)
+    app.add_error_handler(HTTPException, _http_error)
+    app.add_error_handler(Exception, _server_fault)
+    return app
+
+
+class Server:
+    """The ASGI application: one model manager, one scheduler, one Connexion app."""
+
+    def __init__(self, settings: Settings, *, preload: bool = True) -> None:
+        self.settings = settings
+        self._preload = preload
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        registry = ModelRegistry(settings.resolved_models_dir, _launch_path(settings))
+        manager = ModelManager(registry, settings, self._executor)
+        scheduler = Scheduler(settings.queue_max_waiting, settings.queue_retry_after)
+        service = CompletionService(settings, manager, scheduler, self._executor)
+        self.state = ServerState(settings, manager, scheduler, service)
+        self._app = build_connexion()
+
+    def launch_model_id(self) -> str | None:
+        launch = self.state.manager.registry.launch
+        return launch.model_id if launch is not None else self.settings.model
+
+    async def startup(self) -> None:
+        model_id = self.launch_model_id()
+        if self._preload and model_id is not None:
+            entry = self.state.manager.entry(model_id)
+            ticket = self.state.scheduler.enter()
+            try:
+                await self.state.scheduler.wait(ticket)
+                await self.state.manager.ensure(entry)
+            finally:
+                self.state.scheduler.leave(ticket)
+
+    def shutdown(self) -> None:
+        self.state.manager.close()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        scope["miserver"] = self.state
+        await self._app(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    log.exception("startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(settings: Settings | None = None, **kwargs: Any) -> Server:
+    """The server for `settings` (default: from the environment)."""
+    from .settings import from_env
+
+    return Server(settings or from_env(), **kwargs)

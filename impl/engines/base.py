@@ -1,0 +1,95 @@
+"""The Engine protocol: what the serving layer asks of a model runtime.
+
+Engines never import Connexion or Starlette. Everything they take and give
+is a plain value from this module, so the serving layer is engine-agnostic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What a loaded model says about itself (for /v1/models and fingerprints)."""
+
+    model_id: str
+    engine: str
+    context_length: int
+    vocab_size: int
+    dtype: str
+    quantization: str
+    revision: str
+    owned_by: str
+    has_chat_template: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to pick each next token. `temperature == 0` means greedy."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One sampled token. `eos` is true for an end-of-sequence token."""
+
+    token_id: int
+    eos: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    """A chat to render: OpenAI-shaped messages plus template variables."""
+
+    messages: Sequence[Mapping[str, Any]]
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Rng(Protocol):
+    """An opaque per-request random source made by `Engine.new_rng`."""
+
+
+class Engine(Protocol):
+    """A loaded model that can tokenize, render chats and generate."""
+
+    @property
+    def facts(self) -> ModelFacts: ...
+
+    @property
+    def capabilities(self) -> frozenset[str]: ...
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+    def render_chat(self, prompt: ChatPrompt) -> list[int]:
+        """Token ids of the chat, rendered with the generation prompt.
+
+        A trailing assistant message is continued, not closed. The ids hold
+        at most one BOS (OAI-TOKIDS).
+        """
+        ...
+
+    def new_rng(self, seed: int | None) -> Rng | None:
+        """A random source for one request; None means the engine's global one."""
+        ...
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
+    ) -> Generator[Token, None, None]:
+        """Sample up to `params.max_tokens` tokens; the last may be an EOS.
+
+        Blocking: callers run it in a worker thread. Closing the iterator
+        stops generation before the next forward pass and frees its cache.
+        """
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,17 @@
+"""Handlers of the `chat` tag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from ..generated import v1
+from ..serving.requests import chat_request
+from .common import respond, service
+
+
+async def create_chat_completion(body: dict[str, Any]) -> Response:
+    """POST /v1/chat/completions."""
+    req = v1.ChatCompletionRequest.model_validate(body)
+    return await respond(service().serve, chat_request(req), body)

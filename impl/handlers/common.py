@@ -1,0 +1,63 @@
+"""What every handler shares: the server state and turning results into responses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from connexion.context import request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..http.sse import frames
+from ..serving.requests import GenerationRequest
+from ..serving.service import CompletionService, Reply, StreamReply
+
+if TYPE_CHECKING:
+    from ..app import ServerState
+
+Serve = Callable[
+    [GenerationRequest, Mapping[str, Any], Mapping[str, str]], Awaitable[Reply | StreamReply]
+]
+
+DISCONNECT_POLL_SECONDS = 0.25
+
+
+def state() -> ServerState:
+    """The state of the server this request reached."""
+    found: ServerState = request.scope["miserver"]
+    return found
+
+
+def service() -> CompletionService:
+    return state().completions
+
+
+async def _until_disconnected() -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_SECONDS)
+
+
+async def _unless_disconnected(work: Awaitable[Reply | StreamReply]) -> Reply | StreamReply:
+    """Run `work`; cancel it (stopping generation at the next token) if the client leaves."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_until_disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    if not task.done():
+        task.cancel()
+    return await task
+
+
+async def respond(serve: Serve, req: GenerationRequest, body: Mapping[str, Any]) -> Response:
+    """JSON for a reply, SSE for a stream; errors propagate to the error handlers."""
+    result = await _unless_disconnected(serve(req, body, request.headers))
+    if isinstance(result, Reply):
+        return JSONResponse(result.body, headers=result.headers)
+    headers = {**result.headers, "Cache-Control": "no-cache"}
+    return StreamingResponse(frames(result.events), media_type="text/event-stream", headers=headers)

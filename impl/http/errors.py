@@ -1,0 +1,95 @@
+"""One error hierarchy, mapped to OpenAI's wire format in one place.
+
+    ApiError(code, message, param)        any refusal; status and type come
+      |                                   from spec/policy/errors.yaml
+      +-- FieldNotHonoured(param)         400 field_not_honoured
+      +-- InvalidParameter(param, msg)    400 invalid_parameter
+
+Every error body, on every route, is
+`{"error": {"message", "type", "param", "code"}}`. A 500 never carries a stack.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    status: int
+    type: str
+
+
+@cache
+def catalog() -> Mapping[str, CatalogEntry]:
+    """The error catalog from spec/policy/errors.yaml."""
+    text = (resources.files("miserver.spec") / "policy" / "errors.yaml").read_text("utf-8")
+    raw: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    return {code: CatalogEntry(int(v["status"]), str(v["type"])) for code, v in raw.items()}
+
+
+class ApiError(Exception):
+    """A refusal with a catalog code, a message and the field it concerns."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if code not in catalog():
+            raise KeyError(f"error code {code!r} is not in spec/policy/errors.yaml")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.headers = dict(headers or {})
+
+    @property
+    def status(self) -> int:
+        return catalog()[self.code].status
+
+    @property
+    def type(self) -> str:
+        return catalog()[self.code].type
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI-format error object."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def body_bytes(self) -> bytes:
+        return json.dumps(self.body(), ensure_ascii=False).encode("utf-8")
+
+
+class InvalidParameter(ApiError):
+    """400 invalid_parameter naming the field."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__("invalid_parameter", message, param)
+
+
+class FieldNotHonoured(ApiError):
+    """400 field_not_honoured: an output-changing field this path cannot honour."""
+
+    def __init__(self, param: str, reason: str) -> None:
+        super().__init__("field_not_honoured", f"`{param}` is not honoured {reason}.", param)
+
+
+def internal_error() -> ApiError:
+    """The only body a server fault gets: no stack, no exception text."""
+    return ApiError("internal_error", "The server failed to handle this request.")

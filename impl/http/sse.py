@@ -1,0 +1,43 @@
+"""Server-sent event framing (OAI-STREAM-01, -02, -06).
+
+Each chunk is `data: <json>\\n\\n`; a comment is `: text\\n\\n`; a failure after
+the stream started becomes one `data: {"error": ...}` event; `data: [DONE]`
+always ends a stream that was not abandoned by its client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from ..serving.service import Comment
+from .errors import ApiError, internal_error
+
+log = logging.getLogger(__name__)
+
+DONE = b"data: [DONE]\n\n"
+
+
+def data(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+async def frames(events: AsyncGenerator[dict[str, Any] | Comment, None]) -> AsyncIterator[bytes]:
+    """The wire bytes of a stream of chunks."""
+    async with aclosing(events) as source:
+        try:
+            async for event in source:
+                if isinstance(event, Comment):
+                    yield f": {event.text}\n\n".encode()
+                else:
+                    yield data(event)
+        except ApiError as exc:
+            log.warning("stream ended by %s: %s", exc.code, exc.message)
+            yield data(exc.body())
+        except Exception:
+            log.exception("stream failed")
+            yield data(internal_error().body())
+    yield DONE

@@ -1,0 +1,110 @@
+"""Runs one choice's generation in the engine's worker thread.
+
+The worker samples tokens, detokenizes them incrementally and applies stop
+sequences with hold-back, so a matched stop ends generation at that token.
+Events reach the event loop through an asyncio queue. Closing the consumer
+sets the cancel flag: the worker stops before the next forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from ..engines.base import Engine, Rng, SamplingParams
+from .detokenizer import Detokenizer
+from .stops import StopMatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceEnd:
+    finish_reason: str
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceFailed:
+    error: BaseException
+
+
+Event = TextDelta | ChoiceEnd | ChoiceFailed
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceJob:
+    """Everything one choice needs: the prompt, how to sample, where to stop."""
+
+    prompt_ids: Sequence[int]
+    params: SamplingParams
+    stops: Sequence[str]
+    rng: Rng | None
+
+
+def run_choice(
+    engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
+) -> None:
+    """Blocking: generate one choice, emitting deltas then exactly one end event."""
+    detok = Detokenizer(engine.decode)
+    stopper = StopMatcher(job.stops)
+    count, reason = 0, "length"
+    tokens = engine.generate(job.prompt_ids, job.params, job.rng)
+    try:
+        for token in tokens:
+            count += 1
+            if token.eos:
+                reason = "stop"
+                break
+            text, matched = stopper.push(detok.push(token.token_id))
+            if text:
+                emit(TextDelta(text))
+            if matched:
+                emit(ChoiceEnd("stop", count))
+                return
+            if cancel.is_set():
+                emit(ChoiceEnd("cancelled", count))
+                return
+        text, matched = stopper.push(detok.flush())
+        tail = text if matched else text + stopper.flush()
+        if tail:
+            emit(TextDelta(tail))
+        emit(ChoiceEnd("stop" if matched else reason, count))
+    except Exception as exc:  # the engine's fault, reported to the client as an error event
+        log.exception("generation failed")
+        emit(ChoiceFailed(exc))
+    finally:
+        tokens.close()
+
+
+async def stream_choice(
+    engine: Engine, job: ChoiceJob, executor: Executor, on_done: Callable[[], None] | None = None
+) -> AsyncIterator[Event]:
+    """The events of one choice; `on_done` runs once the worker has really stopped."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
+    cancel = threading.Event()
+
+    def emit(event: Event) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    future = loop.run_in_executor(executor, run_choice, engine, job, cancel, emit)
+    if on_done is not None:
+        future.add_done_callback(lambda _: on_done())
+    try:
+        while True:
+            event = await queue.get()
+            yield event
+            if not isinstance(event, TextDelta):
+                return
+    finally:
+        cancel.set()

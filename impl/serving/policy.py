@@ -1,0 +1,127 @@
+"""The field matrix, read from spec/policy/fields.yaml (OAI-VALID).
+
+`review()` decides, before any model load, what a request does with each
+field: honoured, reported (returned as locations for X-miLLM-Ignored-Fields)
+or refused (raises FieldNotHonoured). A field the schema does not declare is
+reported wherever it appears.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from ..http.errors import FieldNotHonoured
+from .schema import Schema, v1_schema
+
+Rule = str | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    no_change: Mapping[str, Sequence[Any]]
+    endpoints: Mapping[str, Mapping[str, Rule]]
+    message: Mapping[str, Rule]
+
+
+@cache
+def matrix() -> Matrix:
+    text = (resources.files("miserver.spec") / "policy" / "fields.yaml").read_text("utf-8")
+    raw = yaml.safe_load(text)
+    return Matrix(raw["no_change"], raw["endpoints"], raw["message"])
+
+
+def is_no_change(name: str, value: Any) -> bool:
+    """True for null and for the field's documented no-change values."""
+    return value is None or value in matrix().no_change.get(name, ())
+
+
+def decide(rule: Rule, engine: str, capabilities: frozenset[str]) -> str:
+    """Reduce a rule to `honoured`, `ignored`, `refused` or `pending` (capability missing)."""
+    if isinstance(rule, str):
+        return rule
+    if engine in rule:
+        return decide(rule[engine], engine, capabilities)
+    if "needs" in rule:
+        if rule["needs"] in capabilities:
+            return "honoured"
+        return str(rule.get("else", "pending"))
+    raise ValueError(f"malformed rule in fields.yaml: {rule!r}")
+
+
+def _refuse(location: str, verdict: str, endpoint: str, engine: str) -> FieldNotHonoured:
+    where = {
+        "chat": "on chat completions",
+        "completions": "on text completions",
+        "embeddings": "on embeddings",
+    }[endpoint]
+    if verdict == "pending":
+        return FieldNotHonoured(location, f"{where} by this server yet (not implemented)")
+    return FieldNotHonoured(location, f"{where} with the {engine} engine")
+
+
+def review(
+    endpoint: str, body: Mapping[str, Any], engine: str, capabilities: frozenset[str]
+) -> list[str]:
+    """Locations of unused fields; raises FieldNotHonoured for a refused one."""
+    rules = matrix().endpoints[endpoint]
+    ignored: list[str] = []
+    for name, value in body.items():
+        if is_no_change(name, value) or name not in rules:
+            continue
+        verdict = decide(rules[name], engine, capabilities)
+        if verdict in {"refused", "pending"}:
+            raise _refuse(name, verdict, endpoint, engine)
+        if verdict == "ignored":
+            ignored.append(name)
+    ignored.extend(_message_fields(body, engine, capabilities))
+    if body.get("stream_options") is not None and not body.get("stream"):
+        ignored.append("stream_options")
+    ignored.extend(undeclared(body, v1_schema().request(endpoint)))
+    return ignored
+
+
+def _message_fields(
+    body: Mapping[str, Any], engine: str, capabilities: frozenset[str]
+) -> Iterator[str]:
+    rules = matrix().message
+    for i, message in enumerate(body.get("messages") or ()):
+        for name, value in message.items():
+            if name in rules and value is not None:
+                verdict = decide(rules[name], engine, capabilities)
+                if verdict in {"ignored", "pending"}:
+                    yield f"messages[{i}].{encode_name(name)}"
+
+
+def undeclared(value: Any, schema: Schema, location: str = "") -> Iterator[str]:
+    """Locations of object members the schema does not declare, depth first."""
+    if isinstance(value, dict):
+        props = schema.properties()
+        if props is None:
+            return
+        for name, member in value.items():
+            here = f"{location}.{encode_name(name)}" if location else encode_name(name)
+            if name not in props:
+                yield here
+            else:
+                yield from undeclared(member, props[name], here)
+    elif isinstance(value, list):
+        items = schema.items()
+        if items is not None:
+            for i, member in enumerate(value):
+                yield from undeclared(member, items, f"{location}[{i}]")
+
+
+def encode_name(name: str) -> str:
+    """A field name with `%` and everything outside printable ASCII percent-encoded."""
+    if all(0x20 <= ord(c) <= 0x7E and c != "%" for c in name):
+        return name
+    return "".join(
+        c if 0x20 <= ord(c) <= 0x7E and c != "%" else "".join(f"%{b:02X}" for b in c.encode())
+        for c in name
+    )

@@ -1,0 +1,110 @@
+"""Typed requests in, internal frozen values out, with the cross-field rules
+the schema cannot say (OAI-CHAT-10, OAI-CHAT-12)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from ..engines.base import ChatPrompt
+from ..generated import v1
+from ..http.errors import ApiError, InvalidParameter
+
+
+@dataclass(frozen=True, slots=True)
+class TextPrompt:
+    text: str
+    add_special_tokens: bool
+
+
+Prompt = ChatPrompt | TextPrompt
+Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    endpoint: str
+    model_id: str
+    prompts: tuple[Prompt, ...]
+    n: int
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    frequency_penalty: float
+    presence_penalty: float
+    stops: tuple[str, ...]
+    seed: int | None
+
+
+def _value(raw: Any) -> Any:
+    """A generated RootModel's value, or the value itself."""
+    return getattr(raw, "root", raw)
+
+
+def _max_tokens(a: int | None, b: int | None) -> int | None:
+    if a is not None and b is not None and a != b:
+        raise ApiError(
+            "invalid_parameter",
+            f"max_tokens ({a}) and max_completion_tokens ({b}) differ; send one, or equal values.",
+            "max_completion_tokens",
+        )
+    return a if a is not None else b
+
+
+def _stops(raw: Any) -> tuple[str, ...]:
+    value = _value(raw)
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    return tuple(s for s in items if s)
+
+
+def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> GenerationRequest:
+    stream = bool(req.stream)
+    n = req.n or 1
+    if n > 1 and stream:
+        raise InvalidParameter("n", "n above 1 cannot be combined with stream: true.")
+    return GenerationRequest(
+        endpoint=endpoint,
+        model_id=req.model,
+        prompts=prompts,
+        n=n,
+        stream=stream,
+        include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        max_tokens=_max_tokens(req.max_tokens, req.max_completion_tokens),
+        temperature=_or(req.temperature, 1.0),
+        top_p=_or(req.top_p, 1.0),
+        frequency_penalty=_or(req.frequency_penalty, 0.0),
+        presence_penalty=_or(req.presence_penalty, 0.0),
+        stops=_stops(req.stop),
+        seed=req.seed,
+    )
+
+
+def _or(value: float | None, default: float) -> float:
+    return float(default if value is None else value)
+
+
+def _message(message: v1.ChatMessage) -> dict[str, Any]:
+    """The parts of a message the template sees (the rest is reported by the policy)."""
+    content = _value(message.content)
+    if isinstance(content, list):
+        content = "".join(part.text or "" for part in content if part.type == "text")
+    return {"role": message.role, "content": content}
+
+
+def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:
+    """A chat completion request from its generated model."""
+    messages = tuple(_message(m) for m in req.messages)
+    prompt = ChatPrompt(messages, dict(req.chat_template_kwargs or {}))
+    return _common("chat", req, (prompt,))
+
+
+def completion_request(req: v1.CompletionRequest) -> GenerationRequest:
+    """A text completion request: one prompt per list entry."""
+    raw = _value(req.prompt)
+    texts = [raw] if isinstance(raw, str) else list(raw)
+    add = True if req.add_special_tokens is None else req.add_special_tokens
+    return _common("completions", req, tuple(TextPrompt(t, add) for t in texts))

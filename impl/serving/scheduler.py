@@ -1,0 +1,91 @@
+"""The generation slot and its queue (DECISIONS.md, scheduling and backpressure).
+
+One request holds the slot at a time; the others wait in arrival order. Past
+`max_waiting` waiting requests the next is refused with 503 queue_full. A
+waiter that gives up (client gone) leaves the queue at once; a holder gives
+the slot back when its work has really stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..http.errors import ApiError
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    """One request's place: waiting, then holding the slot, then done."""
+
+    granted: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    released: bool = False
+
+
+class Scheduler:
+    def __init__(self, max_waiting: int, retry_after: int) -> None:
+        self._max_waiting = max_waiting
+        self._retry_after = retry_after
+        self._holder: Ticket | None = None
+        self._waiting: deque[Ticket] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> bool:
+        return self._holder is not None
+
+    def check_room(self) -> None:
+        """Raise 503 queue_full now if a new request could not even wait."""
+        if self._holder is not None and len(self._waiting) >= self._max_waiting:
+            raise self._full()
+
+    def _full(self) -> ApiError:
+        return ApiError(
+            "queue_full",
+            f"The request queue is full ({self._max_waiting} waiting); retry later.",
+            headers={"Retry-After": str(self._retry_after)},
+        )
+
+    def enter(self) -> Ticket:
+        """A place in line (granted at once when the slot is free); 503 when the queue is full."""
+        ticket = Ticket()
+        if self._holder is None:
+            self._holder = ticket
+            ticket.granted.set_result(None)
+            return ticket
+        if len(self._waiting) >= self._max_waiting:
+            raise self._full()
+        self._waiting.append(ticket)
+        return ticket
+
+    async def wait(self, ticket: Ticket, timeout: float | None = None) -> bool:
+        """Wait for the slot up to `timeout` seconds, keeping the place in line."""
+        if ticket.granted.done():
+            return True
+        done, _ = await asyncio.wait({ticket.granted}, timeout=timeout)
+        return bool(done)
+
+    def leave(self, ticket: Ticket) -> None:
+        """Give up the place or the slot; idempotent."""
+        if ticket.released:
+            return
+        ticket.released = True
+        if ticket is self._holder:
+            self._holder = None
+            self._grant_next()
+        elif ticket in self._waiting:
+            self._waiting.remove(ticket)
+
+    def _grant_next(self) -> None:
+        while self._waiting:
+            ticket = self._waiting.popleft()
+            if not ticket.granted.done():
+                self._holder = ticket
+                ticket.granted.set_result(None)
+                return

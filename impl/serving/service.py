@@ -1,0 +1,233 @@
+"""Chat and text completions: policy, slot, prompt, generation, response.
+
+Order matters and is the contract's: the field policy and every refusal
+that needs no model run before any load; the context-length check runs
+before a stream starts; the slot is held while the engine generates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engines.base import ChatPrompt, Engine, Rng, SamplingParams
+from ..http import headers as hdr
+from ..http.errors import ApiError, InvalidParameter
+from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
+from ..settings import Settings
+from . import shapes
+from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
+from .policy import review
+from .requests import GenerationRequest, Prompt
+from .scheduler import Scheduler, Ticket
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Comment:
+    """An SSE comment line (`: text`)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReply:
+    events: AsyncGenerator[dict[str, Any] | Comment, None]
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class Plan:
+    """A request made concrete against the model: token ids and budgets."""
+
+    request: GenerationRequest
+    entry: ModelEntry
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    budgets: list[int] = field(default_factory=list)
+
+
+class CompletionService:
+    def __init__(
+        self, settings: Settings, manager: ModelManager, scheduler: Scheduler, executor: Executor
+    ) -> None:
+        self._settings = settings
+        self._manager = manager
+        self._scheduler = scheduler
+        self._executor = executor
+
+    async def serve(
+        self, req: GenerationRequest, raw: Mapping[str, Any], request_headers: Mapping[str, str]
+    ) -> Reply | StreamReply:
+        """Answer one chat or text completion request."""
+        strict = hdr.strict_mode(request_headers)
+        entry = self._manager.entry(req.model_id)
+        ignored = review(req.endpoint, raw, entry.engine, self._manager.capabilities(entry))
+        if ignored and strict:
+            raise hdr.refuse_unused(ignored)
+        headers = {hdr.MODEL: entry.model_id}
+        if ignored:
+            log.warning("request_fields_unused: %s", ", ".join(ignored))
+            value = hdr.ignored_fields(ignored, self._settings.ignored_fields_header_max_bytes)
+            headers[hdr.IGNORED] = value or ""
+        if req.seed is not None:
+            headers[hdr.SEED] = hdr.seed(req.seed, "request")
+        plan = Plan(req, entry)
+        if req.stream:
+            return await self._stream(plan, headers)
+        return await self._reply(plan, headers)
+
+    # -- prompt ----------------------------------------------------------------
+
+    def _ids(self, engine: Engine, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, ChatPrompt):
+            return engine.render_chat(prompt)
+        return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
+
+    async def _prepare(self, plan: Plan, engine: Engine) -> None:
+        """Tokenize every prompt and fix its budget; refusals before any generation."""
+        for i, prompt in enumerate(plan.request.prompts):
+            ids = await self._manager.tokenize(lambda p=prompt: self._ids(engine, p))  # type: ignore[misc]
+            if not ids:
+                where = "prompt" if plan.request.endpoint == "completions" else "messages"
+                raise InvalidParameter(
+                    where, f"prompt {i} tokenizes to nothing; nothing to continue."
+                )
+            plan.prompt_ids.append(ids)
+            plan.budgets.append(self._budget(plan.request, engine, ids))
+
+    def _budget(self, req: GenerationRequest, engine: Engine, ids: Sequence[int]) -> int:
+        limit = engine.facts.context_length
+        left = limit - len(ids)
+        asked = (
+            req.max_tokens
+            if req.max_tokens is not None
+            else min(self._settings.default_max_tokens, left)
+        )
+        if left < 1 or asked > left:
+            asked = max(asked, 1)
+            param = (
+                ("messages" if req.endpoint == "chat" else "prompt") if left < 1 else "max_tokens"
+            )
+            raise ApiError(
+                "context_length_exceeded",
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(ids) + asked} tokens ({len(ids)} in the prompt, "
+                f"{asked} for the completion). "
+                "Please reduce the prompt or max_tokens.",
+                param,
+            )
+        return asked
+
+    def _job(self, plan: Plan, i: int, rng: Rng | None) -> ChoiceJob:
+        r = plan.request
+        params = SamplingParams(
+            plan.budgets[i], r.temperature, r.top_p, r.frequency_penalty, r.presence_penalty
+        )
+        return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng)
+
+    # -- non-streamed ------------------------------------------------------------
+
+    async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
+        ticket = self._scheduler.enter()
+        try:
+            await self._scheduler.wait(ticket)
+            engine = await self._manager.ensure(plan.entry)
+            await self._prepare(plan, engine)
+            choices, completion = await self._generate_all(plan, engine)
+        finally:
+            self._scheduler.leave(ticket)
+        env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
+        prompt_tokens = sum(len(ids) for ids in plan.prompt_ids)
+        body = env.body(
+            choices, shapes.usage(prompt_tokens, completion), shapes.fingerprint(engine.facts)
+        )
+        return Reply(body, {**headers, hdr.STEERING: "none"})
+
+    async def _generate_all(self, plan: Plan, engine: Engine) -> tuple[list[dict[str, Any]], int]:
+        r = plan.request
+        choices: list[dict[str, Any]] = []
+        completion = 0
+        for i in range(len(r.prompts)):
+            rng = engine.new_rng(r.seed)
+            for _ in range(r.n):
+                text, end = await self._collect(engine, self._job(plan, i, rng))
+                choices.append(shapes.choice(r.endpoint, len(choices), text, end.finish_reason))
+                completion += end.completion_tokens
+        return choices, completion
+
+    async def _collect(self, engine: Engine, job: ChoiceJob) -> tuple[str, ChoiceEnd]:
+        parts: list[str] = []
+        async for event in stream_choice(engine, job, self._executor):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif isinstance(event, ChoiceFailed):
+                raise event.error
+            else:
+                return "".join(parts), event
+        raise RuntimeError("generation ended without an end event")
+
+    # -- streamed ----------------------------------------------------------------
+
+    async def _stream(self, plan: Plan, headers: dict[str, str]) -> StreamReply:
+        """Every refusal happens here, before the stream (and its 200) starts."""
+        self._scheduler.check_room()
+        engine = self._manager.engine_if_resident(plan.entry)
+        if engine is None:
+            ticket = self._scheduler.enter()
+            try:
+                await self._scheduler.wait(ticket)
+                engine = await self._manager.ensure(plan.entry)
+            finally:
+                self._scheduler.leave(ticket)
+        await self._prepare(plan, engine)
+        return StreamReply(self._events(plan), headers)
+
+    async def _events(self, plan: Plan) -> AsyncGenerator[dict[str, Any] | Comment, None]:
+        ticket: Ticket = self._scheduler.enter()
+        try:
+            while not await self._scheduler.wait(ticket, self._settings.queue_heartbeat):
+                yield Comment("waiting for a turn")
+            engine = await self._manager.ensure(plan.entry)
+            env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
+            completion = 0
+            for i in range(len(plan.request.prompts)):
+                async for chunk in self._choice_chunks(plan, engine, env, i):
+                    if isinstance(chunk, ChoiceEnd):
+                        completion += chunk.completion_tokens
+                    else:
+                        yield chunk
+            if plan.request.include_usage:
+                prompt_tokens = sum(len(ids) for ids in plan.prompt_ids)
+                yield env.chunk([], usage=shapes.usage(prompt_tokens, completion))
+            yield env.steering_chunk("none")
+        finally:
+            self._scheduler.leave(ticket)
+
+    async def _choice_chunks(
+        self, plan: Plan, engine: Engine, env: shapes.Envelope, i: int
+    ) -> AsyncIterator[dict[str, Any] | ChoiceEnd]:
+        endpoint = plan.request.endpoint
+        if endpoint == "chat":
+            yield env.chunk([shapes.delta(endpoint, i, "", None, role=True)])
+        job = self._job(plan, i, engine.new_rng(plan.request.seed))
+        async for event in stream_choice(engine, job, self._executor):
+            if isinstance(event, TextDelta):
+                yield env.chunk([shapes.delta(endpoint, i, event.text, None)])
+            elif isinstance(event, ChoiceFailed):
+                raise event.error
+            else:
+                usage = shapes.usage(len(plan.prompt_ids[i]), event.completion_tokens)
+                yield env.chunk([shapes.delta(endpoint, i, None, event.finish_reason)], usage=usage)
+                yield event
+                return

@@ -1,0 +1,91 @@
+"""OpenAI response bodies and stream chunks, as plain dicts (OAI-RESP, OAI-STREAM, OAI-CMPL)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.base import ModelFacts
+
+OBJECTS = {
+    "chat": ("chatcmpl-", "chat.completion", "chat.completion.chunk"),
+    "completions": ("cmpl-", "text_completion", "text_completion"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What every body and chunk of one response shares."""
+
+    endpoint: str
+    id: str
+    created: int
+    model: str
+
+    @staticmethod
+    def new(endpoint: str, model: str) -> Envelope:
+        prefix = OBJECTS[endpoint][0]
+        return Envelope(endpoint, prefix + secrets.token_hex(12), int(time.time()), model)
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def body(
+        self, choices: list[dict[str, Any]], usage: dict[str, int], fingerprint: str
+    ) -> dict[str, Any]:
+        head = self._head(OBJECTS[self.endpoint][1])
+        return {**head, "system_fingerprint": fingerprint, "choices": choices, "usage": usage}
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {**self._head(OBJECTS[self.endpoint][2]), "choices": choices, **extra}
+
+    def steering_chunk(self, value: str) -> dict[str, Any]:
+        """The terminal `millm_steering` extension chunk (OAI-HDR-15): created is 0."""
+        return {
+            **self._head(OBJECTS[self.endpoint][2]),
+            "created": 0,
+            "choices": [],
+            "millm_steering": value,
+        }
+
+
+def choice(endpoint: str, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+    if endpoint == "chat":
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+
+def delta(
+    endpoint: str, index: int, text: str | None, finish_reason: str | None, role: bool = False
+) -> dict[str, Any]:
+    if endpoint == "chat":
+        d: dict[str, Any] = {"role": "assistant"} if role else {}
+        if text is not None:
+            d["content"] = text
+        return {"index": index, "delta": d, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def fingerprint(facts: ModelFacts) -> str:
+    """`millm:<model>@<revision>:<dtype>/<quantization>:<engine>` (OAI-SEED-14).
+
+    A part the server does not know is written `unrecorded` (OAI-SEED-16).
+    """
+    parts = [facts.model_id, facts.revision, facts.dtype, facts.quantization, facts.engine]
+    m, rev, dtype, quant, engine = (p or "unrecorded" for p in parts)
+    return f"millm:{m}@{rev}:{dtype}/{quant}:{engine}"

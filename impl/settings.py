@@ -1,0 +1,144 @@
+"""Every knob of the server in one typed place.
+
+Each setting has a default, an environment variable and (for most) a
+`miserver serve` flag; flags win over the environment. docs/SETTINGS.md
+documents every one (a test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+
+def _knob(default: Any, env: str, flag: str | None, help: str) -> Any:
+    return field(default=default, metadata={"env": env, "flag": flag, "help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = _knob("127.0.0.1", "MISERVER_HOST", "--host", "Address to bind.")
+    port: int = _knob(8000, "MISERVER_PORT", "--port", "TCP port to bind.")
+    model: str | None = _knob(
+        None,
+        "MISERVER_MODEL",
+        "--model",
+        "Model to serve at start: a path (HF folder or .gguf) or an id from the models "
+        "directory. Default: the embedded SmolLM2-135M-Instruct.",
+    )
+    models_dir: Path | None = _knob(
+        None,
+        "MISERVER_MODELS_DIR",
+        "--models-dir",
+        "Directory of HF folders and .gguf files that /v1/models lists. Default: DATA_DIR/models.",
+    )
+    data_dir: Path = _knob(
+        Path(platformdirs.user_data_dir("miserver")),
+        "MISERVER_DATA_DIR",
+        "--data-dir",
+        "Where the server keeps its state (settings.json, SQLite).",
+    )
+    cache_dir: Path = _knob(
+        Path(platformdirs.user_cache_dir("miserver")),
+        "MISERVER_CACHE_DIR",
+        "--cache-dir",
+        "Where derived files live: GGUF models converted once to HF folders.",
+    )
+    queue_max_waiting: int = _knob(
+        16,
+        "QUEUE_MAX_WAITING",
+        "--queue-max-waiting",
+        "Requests that may wait for the generation slot; the next gets 503 queue_full.",
+    )
+    queue_retry_after: int = _knob(
+        1,
+        "QUEUE_RETRY_AFTER_SECONDS",
+        None,
+        "Retry-After seconds sent with 503 queue_full and model_busy.",
+    )
+    queue_heartbeat: float = _knob(
+        15.0,
+        "QUEUE_HEARTBEAT_SECONDS",
+        None,
+        "Seconds between `: waiting for a turn` comments to a queued stream.",
+    )
+    default_max_tokens: int = _knob(
+        512,
+        "DEFAULT_MAX_TOKENS",
+        "--default-max-tokens",
+        "max_tokens when a request sends none (capped by the context left after the prompt).",
+    )
+    ignored_fields_header_max_bytes: int = _knob(
+        1024,
+        "IGNORED_FIELDS_HEADER_MAX_BYTES",
+        None,
+        'Cap on the X-miLLM-Ignored-Fields value; past it the last entry is "+N more".',
+    )
+    log_level: str = _knob("info", "MISERVER_LOG_LEVEL", "--log-level", "Logging level.")
+
+    @property
+    def resolved_models_dir(self) -> Path:
+        return self.models_dir if self.models_dir is not None else self.data_dir / "models"
+
+
+def documented() -> list[tuple[str, str, str | None, str]]:
+    """(name, env var, flag, help) for every setting, in declaration order."""
+    return [
+        (f.name, f.metadata["env"], f.metadata["flag"], f.metadata["help"])
+        for f in fields(Settings)
+    ]
+
+
+def _coerce(name: str, raw: str) -> Any:
+    kind = Settings.__dataclass_fields__[name].type
+    if "int" in str(kind) and "None" not in str(kind):
+        return int(raw)
+    if "float" in str(kind):
+        return float(raw)
+    if "Path" in str(kind):
+        return Path(raw).expanduser()
+    return raw
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the environment, defaults elsewhere."""
+    env = os.environ if environ is None else environ
+    values = {
+        f.name: _coerce(f.name, env[f.metadata["env"]])
+        for f in fields(Settings)
+        if f.metadata["env"] in env
+    }
+    return Settings(**values)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting that has one; unset flags keep the environment's value."""
+    for f in fields(Settings):
+        if f.metadata["flag"]:
+            parser.add_argument(
+                f.metadata["flag"],
+                dest=f.name,
+                default=None,
+                help=f"{f.metadata['help']} (env {f.metadata['env']})",
+            )
+
+
+def from_args(
+    args: argparse.Namespace, base: Settings | None = None, names: Sequence[str] | None = None
+) -> Settings:
+    """`base` (default: the environment) with every flag that was given."""
+    settings = base if base is not None else from_env()
+    given = {
+        f.name: _coerce(f.name, getattr(args, f.name))
+        for f in fields(Settings)
+        if f.metadata["flag"]
+        and getattr(args, f.name, None) is not None
+        and (names is None or f.name in names)
+    }
+    return replace(settings, **given)

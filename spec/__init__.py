@@ -1,0 +1,1 @@
+"""The contract as data: OpenAPI documents, schemas, grammar, vectors, policy tables."""
