@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"v1": ROOT / "spec" / "openapi" / "v1.yaml"}
 OUT = ROOT / "generated"
 HEADER = '"""Pydantic models generated from spec/ by tools/codegen. Never edit by hand."""\n'

@@ -1,0 +1,122 @@
+"""The field matrix (spec/policy/fields.yaml) as the policy reads it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from miserver.http.errors import FieldNotHonoured
+from miserver.serving.policy import decide, is_no_change, matrix, review
+
+CAPS = frozenset({"generate", "chat", "seed"})
+USER = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 1),
+        ("logprobs", False),
+        ("response_format", {"type": "text"}),
+        ("tools", []),
+        ("tool_choice", "none"),
+        ("parallel_tool_calls", True),
+        ("logit_bias", {}),
+        ("pooling", "mean"),
+        ("normalize", False),
+        ("scoring_precision", "native"),
+    ],
+    ids=lambda v: f"OAI-VALID-31-{v}" if isinstance(v, str) else None,
+)
+def test_no_change_values_are_accepted_and_not_reported(field: str, value: Any) -> None:
+    """OAI-VALID-31: no-change values pass on chat and completions, neither refused nor reported."""
+    assert is_no_change(field, value)
+    assert (
+        review("chat", {"model": "m", "messages": USER, field: value}, "transformers", CAPS) == []
+    )
+
+
+def test_explicit_null_means_no_change() -> None:
+    """OAI-VALID-32: an explicit null for any field is accepted everywhere."""
+    body = {
+        "model": "m",
+        "messages": USER,
+        **{name: None for name in matrix().endpoints["chat"] if name not in {"model", "messages"}},
+    }
+    assert review("chat", body, "transformers", CAPS) == []
+
+
+def test_user_and_undeclared_fields_are_reported_by_location() -> None:
+    """OAI-VALID-02, OAI-VALID-03, OAI-VALID-13: `user`, unknown members, nested ones too."""
+    body = {
+        "model": "m",
+        "user": "u",
+        "foo": {"x": 1},
+        "stream": True,
+        "stream_options": {"include_usage": True, "bar": 1},
+        "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "user", "content": "b", "name": "n", "weight": 1},
+        ],
+    }
+    assert review("chat", body, "transformers", CAPS) == [
+        "user",
+        "messages[1].name",
+        "foo",
+        "stream_options.bar",
+        "messages[1].weight",
+    ]
+
+
+def test_stream_options_without_stream_is_reported() -> None:
+    """OAI-VALID-02: stream_options is unused when the request does not stream."""
+    body = {"model": "m", "messages": USER, "stream_options": {"include_usage": True}}
+    assert review("chat", body, "transformers", CAPS) == ["stream_options"]
+
+
+def test_free_form_objects_are_not_walked() -> None:
+    """OAI-VALID-02: members of free-form objects (template kwargs) are the template's business."""
+    body = {"model": "m", "messages": USER, "chat_template_kwargs": {"enable_thinking": False}}
+    assert review("chat", body, "transformers", CAPS) == []
+
+
+def test_chat_template_kwargs_is_reported_on_gguf() -> None:
+    """OAI-VALID-14, OAI-GGUF-11: llama.cpp takes no template variables."""
+    body = {"model": "m", "messages": USER, "chat_template_kwargs": {"enable_thinking": False}}
+    assert review("chat", body, "gguf", frozenset()) == ["chat_template_kwargs"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("seed", 1),
+        ("n", 2),
+        ("response_format", {"type": "json_object"}),
+        ("logprobs", True),
+        ("steering", {}),
+    ],
+    ids=["OAI-VALID-20", "OAI-VALID-21", "OAI-VALID-19", "OAI-VALID-17", "OAI-VALID-24"],
+)
+def test_gguf_column_refuses(field: str, value: Any) -> None:
+    """OAI-VALID-15: the GGUF column of the matrix refuses output-changing fields."""
+    with pytest.raises(FieldNotHonoured) as info:
+        review("chat", {"model": "m", "messages": USER, field: value}, "gguf", frozenset())
+    assert info.value.param == field
+
+
+def test_needs_rules_follow_capabilities() -> None:
+    """OAI-VALID-01: a capability the engine has is honoured; a missing one is pending."""
+    assert decide({"needs": "seed"}, "transformers", CAPS) == "honoured"
+    assert decide({"needs": "scoring"}, "transformers", CAPS) == "pending"
+    assert decide({"needs": "tools", "else": "ignored"}, "transformers", CAPS) == "ignored"
+
+
+def test_every_endpoint_field_is_declared_in_the_schema() -> None:
+    """OAI-VALID-01: the matrix and the OpenAPI request schemas name the same fields."""
+    from miserver.serving.schema import v1_schema
+
+    for endpoint, rules in matrix().endpoints.items():
+        declared = v1_schema().request(endpoint).properties()
+        assert declared is not None
+        assert set(rules) == set(declared), endpoint
