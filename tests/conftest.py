@@ -8,10 +8,11 @@ from pathlib import Path
 
 import platformdirs
 import pytest
+from starlette.testclient import TestClient
+
 from miserver.app import Server
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
-from starlette.testclient import TestClient
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 

@@ -31,7 +31,7 @@ def build() -> Path:
 
 
 def main() -> int:
-    package = build()
+    build()
     cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p",
            "miserver"]
     return subprocess.run(cmd, cwd=TREE).returncode

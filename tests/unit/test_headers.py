@@ -6,6 +6,7 @@ import http_sfv
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from miserver.http import headers
 from miserver.http.errors import ApiError
 from miserver.serving.policy import encode_name
