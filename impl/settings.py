@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -95,15 +95,19 @@ def documented() -> list[tuple[str, str, str | None, str]]:
     ]
 
 
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "str | None": str,
+    "Path": lambda raw: Path(raw).expanduser(),
+    "Path | None": lambda raw: Path(raw).expanduser(),
+}
+
+
 def _coerce(name: str, raw: str) -> Any:
-    kind = Settings.__dataclass_fields__[name].type
-    if "int" in str(kind) and "None" not in str(kind):
-        return int(raw)
-    if "float" in str(kind):
-        return float(raw)
-    if "Path" in str(kind):
-        return Path(raw).expanduser()
-    return raw
+    """A setting's text (from the environment or a flag) as its declared type."""
+    return _PARSERS[str(Settings.__dataclass_fields__[name].type)](raw)
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:
