@@ -22,6 +22,7 @@ Serve = Callable[
 ]
 
 DISCONNECT_POLL_SECONDS = 0.25
+CLIENT_CLOSED = 499  # nobody reads it: the client is gone
 
 
 def state() -> ServerState:
@@ -39,8 +40,10 @@ async def _until_disconnected() -> None:
         await asyncio.sleep(DISCONNECT_POLL_SECONDS)
 
 
-async def _unless_disconnected(work: Awaitable[Reply | StreamReply]) -> Reply | StreamReply:
-    """Run `work`; cancel it (stopping generation at the next token) if the client leaves."""
+async def _unless_disconnected(
+    work: Awaitable[Reply | StreamReply],
+) -> Reply | StreamReply | None:
+    """Run `work`; if the client leaves first, cancel it (generation stops at the next token)."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_until_disconnected())
     try:
@@ -49,14 +52,19 @@ async def _unless_disconnected(work: Awaitable[Reply | StreamReply]) -> Reply | 
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-    if not task.done():
-        task.cancel()
-    return await task
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 async def respond(serve: Serve, req: GenerationRequest, body: Mapping[str, Any]) -> Response:
     """JSON for a reply, SSE for a stream; errors propagate to the error handlers."""
     result = await _unless_disconnected(serve(req, body, request.headers))
+    if result is None:
+        return Response(status_code=CLIENT_CLOSED)
     if isinstance(result, Reply):
         return JSONResponse(result.body, headers=result.headers)
     headers = {**result.headers, "Cache-Control": "no-cache"}

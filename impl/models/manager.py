@@ -29,10 +29,7 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
     from ..engines.transformers import load_transformers_engine
 
     return load_transformers_engine(
-        entry.path,
-        model_id=entry.model_id,
-        cache_dir=settings.cache_dir,
-        progress=lambda msg: log.info("%s: %s", entry.model_id, msg),
+        entry.path, model_id=entry.model_id, cache_dir=settings.cache_dir
     )
 
 
