@@ -8,10 +8,10 @@ from starlette.responses import Response
 
 from ..generated import v1
 from ..serving.requests import chat_request
-from .common import respond, service
+from .common import parse, respond, service
 
 
 async def create_chat_completion(body: dict[str, Any]) -> Response:
     """POST /v1/chat/completions."""
-    req = v1.ChatCompletionRequest.model_validate(body)
+    req = parse(v1.ChatCompletionRequest, body)
     return await respond(service().serve, chat_request(req), body)

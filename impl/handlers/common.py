@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from connexion.context import request
+from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..http.errors import InvalidParameter
 from ..http.sse import frames
+from ..http.validation import location
 from ..serving.requests import GenerationRequest
 from ..serving.service import CompletionService, Reply, StreamReply
 
@@ -23,6 +26,19 @@ Serve = Callable[
 
 DISCONNECT_POLL_SECONDS = 0.25
 CLIENT_CLOSED = 499  # nobody reads it: the client is gone
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], body: Mapping[str, Any]) -> M:
+    """The generated model of a body the spec already validated (a mismatch is still a 400)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = location(p for p in first["loc"] if isinstance(p, str | int)) or "body"
+        raise InvalidParameter(param, f"Invalid value for `{param}`: {first['msg']}.") from exc
 
 
 def state() -> ServerState:

@@ -8,10 +8,10 @@ from starlette.responses import Response
 
 from ..generated import v1
 from ..serving.requests import completion_request
-from .common import respond, service
+from .common import parse, respond, service
 
 
 async def create_completion(body: dict[str, Any]) -> Response:
     """POST /v1/completions."""
-    req = v1.CompletionRequest.model_validate(body)
+    req = parse(v1.CompletionRequest, body)
     return await respond(service().serve, completion_request(req), body)
