@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..engines.base import ChatPrompt, Engine, Rng, SamplingParams
@@ -97,7 +98,7 @@ class CompletionService:
     async def _prepare(self, plan: Plan, engine: Engine) -> None:
         """Tokenize every prompt and fix its budget; refusals before any generation."""
         for i, prompt in enumerate(plan.request.prompts):
-            ids = await self._manager.tokenize(lambda p=prompt: self._ids(engine, p))  # type: ignore[misc]
+            ids = await self._manager.tokenize(partial(self._ids, engine, prompt))
             if not ids:
                 where = "prompt" if plan.request.endpoint == "completions" else "messages"
                 raise InvalidParameter(
