@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
 from .http.errors import ApiError, internal_error
-from .http.validation import OpenAIBodyValidator
+from .http.validation import OpenAIBodyValidator, OpenAIParameterValidator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .serving.scheduler import Scheduler
@@ -103,7 +103,10 @@ def build_connexion() -> AsyncApp:
     )
     app.add_api(
         "v1.yaml",
-        validator_map={"body": {"application/json": OpenAIBodyValidator}},
+        validator_map={
+            "body": {"application/json": OpenAIBodyValidator},
+            "parameter": OpenAIParameterValidator,
+        },
         strict_validation=False,
         validate_responses=False,
     )

@@ -48,3 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     commands = {"serve": serve}
     sys.exit(commands[args.command](args))
+
+
+if __name__ == "__main__":
+    main()

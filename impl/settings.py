@@ -80,6 +80,12 @@ class Settings:
         None,
         'Cap on the X-miLLM-Ignored-Fields value; past it the last entry is "+N more".',
     )
+    torch_threads: int = _knob(
+        0,
+        "MISERVER_TORCH_THREADS",
+        "--torch-threads",
+        "Threads torch uses for a forward pass; 0 keeps torch's default (one per core).",
+    )
     log_level: str = _knob("info", "MISERVER_LOG_LEVEL", "--log-level", "Logging level.")
 
     @property

@@ -32,8 +32,15 @@ def build() -> Path:
 
 def main() -> int:
     build()
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p",
-           "miserver"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "-p",
+        "miserver",
+    ]
     return subprocess.run(cmd, cwd=TREE).returncode
 
 

@@ -53,6 +53,14 @@ class ChatPrompt:
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
+class PromptError(ValueError):
+    """The client's prompt cannot be rendered (a fault of the request, not the server)."""
+
+    def __init__(self, message: str, param: str = "messages") -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class Rng(Protocol):
     """An opaque per-request random source made by `Engine.new_rng`."""
 

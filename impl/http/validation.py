@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from connexion.validators import JSONRequestBodyValidator
+from connexion.validators import JSONRequestBodyValidator, ParameterValidator
 from jsonschema.exceptions import ValidationError, best_match
 
 from .errors import ApiError, InvalidParameter
@@ -64,3 +64,23 @@ class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
             param, message = _describe(error)
             raise InvalidParameter(param, message)
         return None
+
+
+class OpenAIParameterValidator(ParameterValidator):  # type: ignore[misc]
+    """Query, path, header and cookie parameters; a failure names the parameter."""
+
+    def validate_request(self, request: Any) -> None:
+        checks = {
+            "query": self.validate_query_parameter,
+            "path": self.validate_path_parameter,
+            "header": self.validate_header_parameter,
+            "cookie": self.validate_cookie_parameter,
+        }
+        for where, check in checks.items():
+            for param in self.parameters.get(where, []):
+                error = check(param, request)
+                if error:
+                    reason = str(error).splitlines()[0]
+                    raise InvalidParameter(
+                        param["name"], f"Invalid {where} parameter `{param['name']}`: {reason}"
+                    )

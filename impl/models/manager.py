@@ -15,6 +15,8 @@ from concurrent.futures import Executor
 from typing import TypeVar
 
 from ..engines.base import Engine
+from ..engines.transformers import load_transformers_engine
+from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
 from ..http.errors import ApiError
 from ..settings import Settings
 from .registry import ModelEntry, ModelRegistry
@@ -26,17 +28,17 @@ Loader = Callable[[ModelEntry, Settings], Engine]
 
 
 def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
-    from ..engines.transformers import load_transformers_engine
-
     return load_transformers_engine(
-        entry.path, model_id=entry.model_id, cache_dir=settings.cache_dir
+        entry.path,
+        model_id=entry.model_id,
+        cache_dir=settings.cache_dir,
+        threads=settings.torch_threads,
+        owned_by=entry.owned_by,
     )
 
 
 LOADERS: dict[str, Loader] = {"transformers": _load_transformers}
-CAPABILITIES: dict[str, frozenset[str]] = {
-    "transformers": frozenset({"generate", "chat", "seed"}),
-}
+CAPABILITIES: dict[str, frozenset[str]] = {"transformers": TRANSFORMERS_CAPABILITIES}
 
 
 class ModelManager:

@@ -40,11 +40,6 @@ class Scheduler:
     def busy(self) -> bool:
         return self._holder is not None
 
-    def check_room(self) -> None:
-        """Raise 503 queue_full now if a new request could not even wait."""
-        if self._holder is not None and len(self._waiting) >= self._max_waiting:
-            raise self._full()
-
     def _full(self) -> ApiError:
         return ApiError(
             "queue_full",

@@ -7,14 +7,16 @@ before a stream starts; the slot is held while the engine generates.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..engines.base import ChatPrompt, Engine, Rng, SamplingParams
+from ..engines.base import ChatPrompt, Engine, PromptError, Rng, SamplingParams
 from ..http import headers as hdr
 from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
@@ -91,9 +93,12 @@ class CompletionService:
     # -- prompt ----------------------------------------------------------------
 
     def _ids(self, engine: Engine, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, ChatPrompt):
+        if not isinstance(prompt, ChatPrompt):
+            return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
+        try:
             return engine.render_chat(prompt)
-        return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
+        except PromptError as exc:
+            raise InvalidParameter(exc.param, f"The messages cannot be rendered: {exc}") from exc
 
     async def _prepare(self, plan: Plan, engine: Engine) -> None:
         """Tokenize every prompt and fix its budget; refusals before any generation."""
@@ -182,7 +187,6 @@ class CompletionService:
 
     async def _stream(self, plan: Plan, headers: dict[str, str]) -> StreamReply:
         """Every refusal happens here, before the stream (and its 200) starts."""
-        self._scheduler.check_room()
         engine = self._manager.engine_if_resident(plan.entry)
         if engine is None:
             ticket = self._scheduler.enter()
@@ -192,10 +196,16 @@ class CompletionService:
             finally:
                 self._scheduler.leave(ticket)
         await self._prepare(plan, engine)
-        return StreamReply(self._events(plan), headers)
+        ticket = self._scheduler.enter()
+        events = self._events(plan, ticket)
+        # A stream whose body never starts (client gone first) still gives its place back.
+        loop = asyncio.get_running_loop()
+        weakref.finalize(events, loop.call_soon_threadsafe, self._scheduler.leave, ticket)
+        return StreamReply(events, headers)
 
-    async def _events(self, plan: Plan) -> AsyncGenerator[dict[str, Any] | Comment, None]:
-        ticket: Ticket = self._scheduler.enter()
+    async def _events(
+        self, plan: Plan, ticket: Ticket
+    ) -> AsyncGenerator[dict[str, Any] | Comment, None]:
         try:
             while not await self._scheduler.wait(ticket, self._settings.queue_heartbeat):
                 yield Comment("waiting for a turn")

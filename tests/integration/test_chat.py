@@ -198,6 +198,38 @@ def test_ignored_fields_never_change_the_body(client: TestClient) -> None:
     assert noisy.json()["choices"] == plain.json()["choices"]
 
 
+def test_messages_the_template_cannot_render_are_a_400(client: TestClient) -> None:
+    """OAI-ERR-01, OAI-CONT-01: a lone assistant partial has nothing to continue from: 400."""
+    body = {
+        "model": MODEL_ID,
+        "messages": [{"role": "assistant", "content": "Hi"}],
+        "max_tokens": 4,
+    }
+    for response in (
+        client.post(CHAT, json=body),
+        client.post(CHAT, json={**body, "stream": True}),
+    ):
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == "messages"
+
+
+def test_a_trailing_assistant_message_is_continued(client: TestClient) -> None:
+    """OAI-CONT-01..04: the partial answer is continued, and only the new text is returned."""
+    partial = "The capital of France is"
+    body = {
+        "model": MODEL_ID,
+        "temperature": 0,
+        "max_tokens": 6,
+        "messages": [
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": partial},
+        ],
+    }
+    reply = client.post(CHAT, json=body).json()
+    text = reply["choices"][0]["message"]["content"]
+    assert "Paris" in text and not text.startswith(partial)
+
+
 def test_content_parts_are_accepted(client: TestClient) -> None:
     """OAI-CHAT-04: message content as OpenAI text parts."""
     parts = {

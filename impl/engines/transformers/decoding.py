@@ -1,0 +1,97 @@
+"""The decode loop: one prefill pass, then one pass per new token.
+
+The prompt is run once; every later pass feeds only the newest token with
+the KV cache the earlier passes filled. Each pass runs under
+`torch.inference_mode()`, entered and left around the pass alone, so the
+mode never leaks into the caller between yields.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from ..base import SamplingParams, Token
+from .sampling import apply_penalties, is_no_op_penalty, pick
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSettings:
+    """What the loop needs to know about the model, fixed at load time."""
+
+    eos_ids: frozenset[int]
+    context_length: int
+    keeps_last_logits: bool
+
+
+def decode_settings(model: PreTrainedModel, eos_ids: frozenset[int]) -> DecodeSettings:
+    """Settings for `model`: its window and whether it takes `logits_to_keep`."""
+    keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
+    window = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    return DecodeSettings(eos_ids=eos_ids, context_length=window, keeps_last_logits=keeps)
+
+
+class _Counts:
+    """How often each token was generated, as tensors for `apply_penalties`."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+
+    def add(self, token_id: int) -> None:
+        self._counts[token_id] = self._counts.get(token_id, 0) + 1
+
+    def penalize(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        if not self._counts:
+            return logits
+        ids = torch.tensor(list(self._counts), dtype=torch.long)
+        counts = torch.tensor(list(self._counts.values()), dtype=torch.float32)
+        return apply_penalties(
+            logits, ids, counts, params.frequency_penalty, params.presence_penalty
+        )
+
+
+def decode(
+    model: PreTrainedModel,
+    settings: DecodeSettings,
+    prompt_ids: Sequence[int],
+    params: SamplingParams,
+    rng: torch.Generator | None,
+) -> Generator[Token, None, None]:
+    """Yield up to `params.max_tokens` tokens; stop after an EOS.
+
+    Closing the generator raises GeneratorExit at the pending `yield`, so no
+    further pass runs, and the finished frame drops the cache with it.
+    """
+    if not prompt_ids:
+        raise ValueError("the prompt holds no tokens")
+    budget = _budget(settings, len(prompt_ids), params.max_tokens)
+    penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
+    counts = _Counts()
+    cache = DynamicCache(config=model.config)
+    extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
+    input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+    for _ in range(budget):
+        with torch.inference_mode():
+            out = model(input_ids=input_ids, cache=cache, use_cache=True, **extra)
+            logits = out.logits[0, -1].float()
+            if penalized:
+                logits = counts.penalize(logits, params)
+            token_id = pick(logits, temperature=params.temperature, top_p=params.top_p, rng=rng)
+        eos = token_id in settings.eos_ids
+        yield Token(token_id=token_id, eos=eos)
+        if eos:
+            return
+        counts.add(token_id)
+        input_ids = torch.tensor([[token_id]], dtype=torch.long)
+
+
+def _budget(settings: DecodeSettings, prompt_length: int, max_tokens: int) -> int:
+    """`max_tokens`, cut so the sequence never outgrows the model's window."""
+    if settings.context_length <= 0:
+        return max_tokens
+    return max(0, min(max_tokens, settings.context_length - prompt_length))

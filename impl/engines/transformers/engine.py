@@ -1,0 +1,87 @@
+"""`TransformersEngine`: the Engine protocol over a Hugging Face model."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Generator, Sequence
+from typing import cast
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..base import ChatPrompt, ModelFacts, Rng, SamplingParams, Token
+from . import chat
+from .decoding import DecodeSettings, decode, decode_settings
+from .sampling import new_rng
+
+logger = logging.getLogger(__name__)
+
+CAPABILITIES = frozenset({"generate", "chat", "seed"})
+
+
+class TransformersEngine:
+    """A loaded causal LM and its tokenizer, on torch (CPU)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        facts: ModelFacts,
+        eos_ids: frozenset[int],
+    ) -> None:
+        model.eval()  # type: ignore[no-untyped-call]
+        self._model: PreTrainedModel | None = model
+        self._tokenizer = tokenizer
+        self._facts = facts
+        self._settings: DecodeSettings = decode_settings(model, eos_ids)
+
+    @property
+    def facts(self) -> ModelFacts:
+        return self._facts
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return CAPABILITIES
+
+    @property
+    def model(self) -> PreTrainedModel:
+        """The loaded model (for hooks and tests); fails once closed."""
+        if self._model is None:
+            raise RuntimeError(f"engine for {self._facts.model_id} is closed")
+        return self._model
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._settings.eos_ids
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        text = self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+        return cast(str, text)
+
+    def render_chat(self, prompt: ChatPrompt) -> list[int]:
+        return chat.render_chat(self._tokenizer, prompt)
+
+    def new_rng(self, seed: int | None) -> Rng | None:
+        return new_rng(seed)
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
+    ) -> Generator[Token, None, None]:
+        if rng is not None and not isinstance(rng, torch.Generator):
+            raise TypeError("rng must come from this engine's new_rng")
+        return decode(self.model, self._settings, prompt_ids, params, rng)
+
+    def close(self) -> None:
+        """Drop the model; a later call that needs it fails."""
+        self._model = None
+        gc.collect()
+        logger.info("closed transformers engine for %s", self._facts.model_id)

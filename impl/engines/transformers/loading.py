@@ -1,0 +1,129 @@
+"""Loading a `TransformersEngine` from an HF folder or a GGUF file."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from ..base import ModelFacts
+from .conversion import Provenance, cached_hf_folder, read_provenance
+from .engine import TransformersEngine
+
+logger = logging.getLogger(__name__)
+
+ENGINE_NAME = "transformers"
+UNRECORDED = "unrecorded"
+_HEX = re.compile(r"[0-9a-f]{8,}")
+
+
+def load_transformers_engine(
+    path: Path,
+    *,
+    model_id: str,
+    cache_dir: Path,
+    progress: Callable[[str], None] | None = None,
+    owned_by: str = "local",
+    threads: int = 0,
+) -> TransformersEngine:
+    """Load the model at `path` (HF folder or `.gguf` file) on CPU.
+
+    `threads` > 0 sets torch's (process-wide) thread count for forward passes.
+    """
+    report = _reporter(progress)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    folder = path
+    if path.is_file() and path.suffix == ".gguf":
+        folder = cached_hf_folder(path, cache_dir, report)
+    report(f"loading {model_id} from {folder}")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    facts = model_facts(model, tokenizer, folder, model_id=model_id, owned_by=owned_by)
+    report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
+    return TransformersEngine(model, tokenizer, facts, eos_ids(model, tokenizer))
+
+
+def _reporter(progress: Callable[[str], None] | None) -> Callable[[str], None]:
+    def report(message: str) -> None:
+        logger.info("%s", message)
+        if progress is not None:
+            progress(message)
+
+    return report
+
+
+def model_facts(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    folder: Path,
+    *,
+    model_id: str,
+    owned_by: str,
+) -> ModelFacts:
+    """What the loaded model says about itself, `unrecorded` where unknown."""
+    config = model.config
+    provenance = read_provenance(folder)
+    return ModelFacts(
+        model_id=model_id,
+        engine=ENGINE_NAME,
+        context_length=int(getattr(config, "max_position_embeddings", 0) or 0),
+        vocab_size=int(config.vocab_size),
+        dtype=str(model.dtype).removeprefix("torch."),
+        quantization=_quantization(config, provenance),
+        revision=_revision(config, folder, provenance),
+        owned_by=owned_by,
+        has_chat_template=bool(tokenizer.chat_template),
+    )
+
+
+def _quantization(config: PretrainedConfig, provenance: Provenance | None) -> str:
+    if provenance is not None:
+        return provenance.quantization
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return "none"
+    method = getattr(quantization, "quant_method", None)
+    if method is None and isinstance(quantization, dict):
+        method = quantization.get("quant_method")
+    return str(method) if method else UNRECORDED
+
+
+def _revision(config: PretrainedConfig, folder: Path, provenance: Provenance | None) -> str:
+    """8 hex chars: the GGUF fingerprint, the commit hash, or `unrecorded`."""
+    if provenance is not None:
+        return provenance.revision
+    candidates = [getattr(config, "_commit_hash", None)]
+    if folder.parent.name == "snapshots":  # the Hugging Face hub cache layout
+        candidates.append(folder.name)
+    for candidate in candidates:
+        if isinstance(candidate, str) and _HEX.fullmatch(candidate):
+            return candidate[:8]
+    return UNRECORDED
+
+
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every EOS id the generation config names, else the tokenizer's."""
+    generation_config = getattr(model, "generation_config", None)
+    ids = _as_ids(getattr(generation_config, "eos_token_id", None))
+    if not ids:
+        ids = _as_ids(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _as_ids(value: int | Iterable[int] | None) -> set[int]:
+    if value is None:
+        return set()
+    if isinstance(value, int):
+        return {value}
+    return {int(v) for v in value}

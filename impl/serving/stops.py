@@ -1,0 +1,71 @@
+"""Stop sequences over streamed text, with hold-back (OAI-CHAT-20, -21).
+
+`StopMatcher.push` releases text as soon as it cannot be the start of a stop
+sequence and holds back the rest. When a stop sequence completes, the text
+before it is released and the stop string and everything after it are
+dropped (OpenAI leaves the stop string out of the answer).
+
+The stop that counts is the first to complete, the longest of those when
+several complete together. For any split of a text into chunks the released
+text is the same. When no stop string contains another, this is the text
+cut at the first occurrence of any stop; when one does (stops `abcd` and
+`bc` over `abcd`), the inner one completes first and wins, because a stream
+must stop as soon as a stop sequence is complete (OAI-STREAM-07).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class StopMatcher:
+    """Cuts a stream of text at the first stop sequence to complete."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = tuple(dict.fromkeys(stop for stop in stops if stop))
+        self._held = ""
+        self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop sequence has matched."""
+        return self._stopped
+
+    def push(self, text: str) -> tuple[str, bool]:
+        """Text safe to release now, and whether a stop sequence matched."""
+        if self._stopped:
+            return "", True
+        buffer = self._held + text
+        cut = first_stop(buffer, self._stops)
+        if cut is not None:
+            self._held = ""
+            self._stopped = True
+            return buffer[:cut], True
+        keep = self._pending_length(buffer)
+        self._held = buffer[len(buffer) - keep :]
+        return buffer[: len(buffer) - keep], False
+
+    def flush(self) -> str:
+        """The text held back at the end of the stream."""
+        held, self._held = self._held, ""
+        return held
+
+    def _pending_length(self, buffer: str) -> int:
+        """Length of the longest suffix of `buffer` that may begin a stop."""
+        longest = max((len(stop) for stop in self._stops), default=1)
+        for length in range(min(len(buffer), longest - 1), 0, -1):
+            tail = buffer[-length:]
+            if any(stop.startswith(tail) for stop in self._stops):
+                return length
+        return 0
+
+
+def first_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Where the first stop to complete in `text` starts, or None."""
+    best: tuple[int, int] | None = None
+    for stop in stops:
+        start = text.find(stop) if stop else -1
+        if start >= 0:
+            candidate = (start + len(stop), start)
+            best = candidate if best is None else min(best, candidate)
+    return None if best is None else best[1]

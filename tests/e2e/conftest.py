@@ -1,0 +1,146 @@
+"""The real server as a subprocess: `miserver serve` under uvicorn on a free loopback port.
+
+`live_server` starts one with `--data-dir` in a temporary folder, waits until
+`GET /v1/models` answers, hands out its base URL (`http://127.0.0.1:PORT/v1`)
+and always terminates it. The converted-model cache is shared with the rest
+of the suite (`tests.conftest.cache_dir`), so a start takes seconds.
+
+The server runs torch on one thread unless OMP_NUM_THREADS says otherwise:
+on a 2-core machine shared with the test process (and often with other
+test runs), two OpenMP threads contending for the cores made decoding about
+8x slower than one thread here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.conftest import cache_dir
+
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    """A running `miserver serve` process and where it answers."""
+
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve_command() -> list[str]:
+    """`miserver` from this interpreter's environment (cli.py has no `__main__` hook)."""
+    script = shutil.which("miserver", path=str(Path(sys.executable).parent))
+    if script is not None:
+        return [script]
+    return [sys.executable, "-c", "from miserver.cli import main; main()"]
+
+
+def _wait_until_up(server: LiveServer) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"miserver exited with {server.process.returncode}:\n{server.log_tail()}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{server.base_url}/models", timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.25)
+    pytest.fail(f"miserver did not answer within {START_TIMEOUT_S:.0f} s:\n{server.log_tail()}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def live_server(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator[LiveServer]:
+    """Run `miserver serve` until the block ends; its output goes to `workdir/server.log`."""
+    port = free_port()
+    log_path = workdir / "server.log"
+    command = [
+        *serve_command(),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(workdir / "data"),
+        "--cache-dir",
+        str(cache_dir()),
+        "--log-level",
+        "info",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={"OMP_NUM_THREADS": "1", **os.environ, **(env or {})},
+        )
+        try:
+            server = LiveServer(f"http://127.0.0.1:{port}/v1", process, log_path)
+            _wait_until_up(server)
+            yield server
+        finally:
+            _stop(process)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The default server: the real SmolLM2, default queue settings."""
+    with live_server(tmp_path_factory.mktemp("e2e-server")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def base_url(server: LiveServer) -> str:
+    return server.base_url
+
+
+@pytest.fixture(scope="session")
+def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A second server whose queue holds one waiter and whose heartbeat is 0.5 s."""
+    env = {"QUEUE_MAX_WAITING": "1", "QUEUE_HEARTBEAT_SECONDS": "0.5"}
+    with live_server(tmp_path_factory.mktemp("e2e-queue-server"), env) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sdk(base_url: str) -> Iterator[OpenAI]:
+    """The official SDK as a user points it at miserver (no retries: every status is seen)."""
+    with OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=60.0) as client:
+        yield client
