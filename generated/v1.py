@@ -254,6 +254,13 @@ class CompletionRequest(BaseModel):
     normalize: bool | None = None
 
 
+class PromptTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    cached_tokens: Annotated[int | None, Field(ge=0)] = None
+
+
 class Usage(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -261,6 +268,10 @@ class Usage(BaseModel):
     prompt_tokens: Annotated[int, Field(ge=0)]
     completion_tokens: Annotated[int, Field(ge=0)]
     total_tokens: Annotated[int, Field(ge=0)]
+    prompt_tokens_details: Annotated[
+        PromptTokensDetails | None,
+        Field(description="How much of the prompt the KV cache already held."),
+    ] = None
 
 
 class AssistantMessage(BaseModel):

@@ -46,6 +46,13 @@ class Token:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilled:
+    """The first item `generate` yields: how many prompt tokens the KV cache already held."""
+
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChatPrompt:
     """A chat to render: OpenAI-shaped messages plus template variables."""
 
@@ -92,8 +99,8 @@ class Engine(Protocol):
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
-    ) -> Generator[Token, None, None]:
-        """Sample up to `params.max_tokens` tokens; the last may be an EOS.
+    ) -> Generator[Prefilled | Token, None, None]:
+        """One `Prefilled`, then up to `params.max_tokens` tokens; the last may be an EOS.
 
         Blocking: callers run it in a worker thread. Closing the iterator
         stops generation before the next forward pass and frees its cache.

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from ..engines.base import Engine, Rng, SamplingParams
+from ..engines.base import Engine, Prefilled, Rng, SamplingParams
 from .detokenizer import Detokenizer
 from .stops import StopMatcher
 
@@ -31,6 +31,7 @@ class TextDelta:
 class ChoiceEnd:
     finish_reason: str
     completion_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +58,13 @@ def run_choice(
     """Blocking: generate one choice, emitting deltas then exactly one end event."""
     detok = Detokenizer(engine.decode)
     stopper = StopMatcher(job.stops)
-    count, reason = 0, "length"
+    count, cached, reason = 0, 0, "length"
     tokens = engine.generate(job.prompt_ids, job.params, job.rng)
     try:
         for token in tokens:
+            if isinstance(token, Prefilled):
+                cached = token.cached_tokens
+                continue
             count += 1
             if token.eos:
                 reason = "stop"
@@ -69,16 +73,16 @@ def run_choice(
             if text:
                 emit(TextDelta(text))
             if matched:
-                emit(ChoiceEnd("stop", count))
+                emit(ChoiceEnd("stop", count, cached))
                 return
             if cancel.is_set():
-                emit(ChoiceEnd("cancelled", count))
+                emit(ChoiceEnd("cancelled", count, cached))
                 return
         text, matched = stopper.push(detok.flush())
         tail = text if matched else text + stopper.flush()
         if tail:
             emit(TextDelta(tail))
-        emit(ChoiceEnd("stop" if matched else reason, count))
+        emit(ChoiceEnd("stop" if matched else reason, count, cached))
     except Exception as exc:  # the engine's fault, reported to the client as an error event
         log.exception("generation failed")
         emit(ChoiceFailed(exc))

@@ -60,6 +60,23 @@ class Plan:
     budgets: list[int] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class Tally:
+    """Token counts over a request's choices, for `usage`."""
+
+    completion: int = 0
+    cached: int = 0
+
+    def add(self, end: ChoiceEnd, *, first_of_prompt: bool) -> None:
+        self.completion += end.completion_tokens
+        if first_of_prompt:  # the prompt is counted once, as prompt_tokens is
+            self.cached += end.cached_tokens
+
+    def usage(self, plan: Plan) -> dict[str, Any]:
+        prompt = sum(len(ids) for ids in plan.prompt_ids)
+        return shapes.usage(prompt, self.completion, self.cached)
+
+
 class CompletionService:
     def __init__(
         self, settings: Settings, manager: ModelManager, scheduler: Scheduler, executor: Executor
@@ -150,27 +167,24 @@ class CompletionService:
             await self._scheduler.wait(ticket)
             engine = await self._manager.ensure(plan.entry)
             await self._prepare(plan, engine)
-            choices, completion = await self._generate_all(plan, engine)
+            choices, tally = await self._generate_all(plan, engine)
         finally:
             self._scheduler.leave(ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
-        prompt_tokens = sum(len(ids) for ids in plan.prompt_ids)
-        body = env.body(
-            choices, shapes.usage(prompt_tokens, completion), shapes.fingerprint(engine.facts)
-        )
+        body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
         return Reply(body, {**headers, hdr.STEERING: "none"})
 
-    async def _generate_all(self, plan: Plan, engine: Engine) -> tuple[list[dict[str, Any]], int]:
+    async def _generate_all(self, plan: Plan, engine: Engine) -> tuple[list[dict[str, Any]], Tally]:
         r = plan.request
         choices: list[dict[str, Any]] = []
-        completion = 0
+        tally = Tally()
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
-            for _ in range(r.n):
+            for k in range(r.n):
                 text, end = await self._collect(engine, self._job(plan, i, rng))
                 choices.append(shapes.choice(r.endpoint, len(choices), text, end.finish_reason))
-                completion += end.completion_tokens
-        return choices, completion
+                tally.add(end, first_of_prompt=k == 0)
+        return choices, tally
 
     async def _collect(self, engine: Engine, job: ChoiceJob) -> tuple[str, ChoiceEnd]:
         parts: list[str] = []
@@ -211,16 +225,15 @@ class CompletionService:
                 yield Comment("waiting for a turn")
             engine = await self._manager.ensure(plan.entry)
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
-            completion = 0
+            tally = Tally()
             for i in range(len(plan.request.prompts)):
                 async for chunk in self._choice_chunks(plan, engine, env, i):
                     if isinstance(chunk, ChoiceEnd):
-                        completion += chunk.completion_tokens
+                        tally.add(chunk, first_of_prompt=True)
                     else:
                         yield chunk
             if plan.request.include_usage:
-                prompt_tokens = sum(len(ids) for ids in plan.prompt_ids)
-                yield env.chunk([], usage=shapes.usage(prompt_tokens, completion))
+                yield env.chunk([], usage=tally.usage(plan))
             yield env.steering_chunk("none")
         finally:
             self._scheduler.leave(ticket)
@@ -238,7 +251,9 @@ class CompletionService:
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
-                usage = shapes.usage(len(plan.prompt_ids[i]), event.completion_tokens)
+                usage = shapes.usage(
+                    len(plan.prompt_ids[i]), event.completion_tokens, event.cached_tokens
+                )
                 yield env.chunk([shapes.delta(endpoint, i, None, event.finish_reason)], usage=usage)
                 yield event
                 return

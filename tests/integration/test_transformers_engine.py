@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from miserver.engines.base import ChatPrompt, SamplingParams, Token
+from miserver.engines.base import ChatPrompt, Prefilled, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, chat, load_transformers_engine
 from miserver.serving.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
@@ -63,6 +63,14 @@ def greedy(n: int) -> SamplingParams:
 
 def ids_of(tokens: list[Token]) -> list[int]:
     return [token.token_id for token in tokens]
+
+
+def tokens_of(items: Iterator[Prefilled | Token]) -> list[Token]:
+    """The tokens of a generation, after checking it opens with exactly one Prefilled."""
+    items = list(items)
+    assert isinstance(items[0], Prefilled)
+    assert all(isinstance(t, Token) for t in items[1:])
+    return [t for t in items if isinstance(t, Token)]
 
 
 class ForwardLog:
@@ -148,7 +156,7 @@ def test_no_template_model_chats_within_its_window(tiny_snapshot: Path, tmp_path
     tiny = load_transformers_engine(tiny_snapshot, model_id="tiny", cache_dir=tmp_path)
     ids = tiny.render_chat(ChatPrompt(QUESTION))
     assert tiny.decode(ids).startswith("user\nName three colours")
-    tokens = list(tiny.generate(ids, greedy(1000), None))
+    tokens = tokens_of(tiny.generate(ids, greedy(1000), None))
     assert len(tokens) <= 64 - len(ids)
     assert tokens[-1].eos or len(tokens) == 64 - len(ids)
 
@@ -190,7 +198,7 @@ def test_close_drops_the_model() -> None:
     closing = load()
     closing.close()
     with pytest.raises(RuntimeError):
-        list(closing.generate([1, 2, 3], greedy(1), None))
+        tokens_of(closing.generate([1, 2, 3], greedy(1), None))
 
 
 # Tokenizing and chat rendering
@@ -296,7 +304,7 @@ def test_trailing_assistant_message_is_continued(engine: TransformersEngine) -> 
     assert ids == engine.tokenize(before + partial, add_special_tokens=False)
     text = engine.tokenizer.decode(ids)
     assert text.endswith("<|im_start|>assistant\n" + partial)
-    tokens = list(engine.generate(ids, greedy(8), None))
+    tokens = tokens_of(engine.generate(ids, greedy(8), None))
     assert not engine.decode(ids_of(tokens)).lstrip().startswith("The three colours")
 
 
@@ -306,7 +314,7 @@ def test_trailing_assistant_message_is_continued(engine: TransformersEngine) -> 
 def test_greedy_matches_model_generate(engine: TransformersEngine) -> None:
     """OAI-CHAT-07: our KV-cache loop picks the same 32 greedy tokens as HF."""
     ids = engine.render_chat(ChatPrompt(LONG_ANSWER))
-    ours = ids_of(list(engine.generate(ids, greedy(32), None)))
+    ours = ids_of(tokens_of(engine.generate(ids, greedy(32), None)))
     inputs = torch.tensor([ids])
     with torch.inference_mode():
         reference = engine.model.generate(
@@ -321,7 +329,7 @@ def test_prompt_runs_once_then_one_token_per_pass(engine: TransformersEngine) ->
     ids = engine.render_chat(ChatPrompt(LONG_ANSWER))
     log = ForwardLog(engine.model)
     try:
-        tokens = list(engine.generate(ids, greedy(10), None))
+        tokens = tokens_of(engine.generate(ids, greedy(10), None))
     finally:
         log.remove()
     assert len(tokens) == 10
@@ -338,6 +346,7 @@ def test_closing_stops_before_the_next_pass_and_frees_the_cache(
     log = ForwardLog(engine.model)
     try:
         stream = engine.generate(ids, greedy(50), None)
+        assert isinstance(next(stream), Prefilled)
         next(stream)
         next(stream)
         stream.close()
@@ -353,8 +362,8 @@ def test_max_tokens_and_eos(engine: TransformersEngine) -> None:
     ids = engine.render_chat(
         ChatPrompt([{"role": "user", "content": "What is the capital of France?"}])
     )
-    assert len(list(engine.generate(ids, greedy(3), None))) == 3
-    tokens = list(engine.generate(ids, greedy(64), None))
+    assert len(tokens_of(engine.generate(ids, greedy(3), None))) == 3
+    tokens = tokens_of(engine.generate(ids, greedy(64), None))
     assert len(tokens) < 64
     assert tokens[-1].eos and tokens[-1].token_id in engine.eos_ids
     assert not any(token.eos for token in tokens[:-1])
@@ -366,7 +375,7 @@ def test_same_seed_same_tokens(engine: TransformersEngine) -> None:
     params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.95)
 
     def run(seed: int) -> list[int]:
-        return ids_of(list(engine.generate(ids, params, engine.new_rng(seed))))
+        return ids_of(tokens_of(engine.generate(ids, params, engine.new_rng(seed))))
 
     first = run(1234)
     assert run(1234) == first
@@ -376,8 +385,8 @@ def test_same_seed_same_tokens(engine: TransformersEngine) -> None:
 def test_greedy_ignores_the_seed(engine: TransformersEngine) -> None:
     """OAI-SEED-09: a seed changes nothing on a greedy request."""
     ids = engine.render_chat(ChatPrompt(QUESTION))
-    seeded = list(engine.generate(ids, greedy(12), engine.new_rng(5)))
-    assert seeded == list(engine.generate(ids, greedy(12), None))
+    seeded = tokens_of(engine.generate(ids, greedy(12), engine.new_rng(5)))
+    assert seeded == tokens_of(engine.generate(ids, greedy(12), None))
 
 
 def test_penalties_reduce_repetition(engine: TransformersEngine) -> None:
@@ -388,7 +397,7 @@ def test_penalties_reduce_repetition(engine: TransformersEngine) -> None:
         params = SamplingParams(
             max_tokens=32, temperature=0.0, frequency_penalty=frequency, presence_penalty=presence
         )
-        out = ids_of(list(engine.generate(ids, params, None)))
+        out = ids_of(tokens_of(engine.generate(ids, params, None)))
         return len(out) - len(set(out))
 
     assert repeats(1.0, 1.0) < repeats(0.0, 0.0) < repeats(-1.0, -1.0)
@@ -397,7 +406,7 @@ def test_penalties_reduce_repetition(engine: TransformersEngine) -> None:
 def test_stream_text_with_stops(engine: TransformersEngine) -> None:
     """OAI-CHAT-20, OAI-CHAT-21, OAI-SEED-05: the stream equals the decode, cut at a stop."""
     ids = engine.render_chat(ChatPrompt(LONG_ANSWER))
-    tokens = ids_of(list(engine.generate(ids, greedy(24), None)))
+    tokens = ids_of(tokens_of(engine.generate(ids, greedy(24), None)))
     full = engine.decode(tokens)
     detok = Detokenizer(engine.decode)
     streamed = "".join(detok.push(token_id) for token_id in tokens) + detok.flush()

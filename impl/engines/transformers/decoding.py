@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from ..base import SamplingParams, Token
+from ..base import Prefilled, SamplingParams, Token
 from .sampling import apply_penalties, is_no_op_penalty, pick
 
 
@@ -61,7 +61,7 @@ def decode(
     prompt_ids: Sequence[int],
     params: SamplingParams,
     rng: torch.Generator | None,
-) -> Generator[Token, None, None]:
+) -> Generator[Prefilled | Token, None, None]:
     """Yield up to `params.max_tokens` tokens; stop after an EOS.
 
     Closing the generator raises GeneratorExit at the pending `yield`, so no
@@ -75,7 +75,7 @@ def decode(
     cache = DynamicCache(config=model.config)
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
     input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
-    for _ in range(budget):
+    for step in range(budget):
         with torch.inference_mode():
             out = model(input_ids=input_ids, cache=cache, use_cache=True, **extra)
             logits = out.logits[0, -1].float()
@@ -83,6 +83,8 @@ def decode(
                 logits = counts.penalize(logits, params)
             token_id = pick(logits, temperature=params.temperature, top_p=params.top_p, rng=rng)
         eos = token_id in settings.eos_ids
+        if step == 0:
+            yield Prefilled(cached_tokens=0)
         yield Token(token_id=token_id, eos=eos)
         if eos:
             return

@@ -10,7 +10,7 @@ from typing import cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..base import ChatPrompt, ModelFacts, Rng, SamplingParams, Token
+from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, Token
 from . import chat
 from .decoding import DecodeSettings, decode, decode_settings
 from .sampling import new_rng
@@ -75,7 +75,7 @@ class TransformersEngine:
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
-    ) -> Generator[Token, None, None]:
+    ) -> Generator[Prefilled | Token, None, None]:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
         return decode(self.model, self._settings, prompt_ids, params, rng)
