@@ -381,6 +381,12 @@ class Model(BaseModel):
     object: Literal["model"]
     created: int
     owned_by: str
+    state: Annotated[
+        Literal["READY", "LOADED", "LOADING"] | None,
+        Field(
+            description="miLLM extension; only these states are listed (OAI-MODELS-03)."
+        ),
+    ] = None
 
 
 class ModelList(BaseModel):

@@ -86,13 +86,25 @@ def _server_fault(_request: ConnexionRequest, exc: Exception) -> ConnexionRespon
     return _respond(internal_error())
 
 
-def _launch_path(settings: Settings) -> Path | None:
-    if settings.model is None:
-        return embedded_default()
-    path = Path(settings.model).expanduser()
-    if path.exists():
-        return path
-    return None  # an id from the models directory
+def _registry(settings: Settings) -> tuple[ModelRegistry, str | None]:
+    """The registry and the id of the model to serve at start.
+
+    `--model PATH` serves that file or folder. Otherwise the embedded
+    SmolLM2 (its GGUF on llama.cpp, and its transformers conversion) is
+    listed beside the models directory, and `--model ID` (default: the
+    GGUF) picks the model to serve at start.
+    """
+    given = Path(settings.model).expanduser() if settings.model else None
+    if given is not None and given.exists():
+        registry = ModelRegistry(settings.resolved_models_dir, given)
+        return registry, registry.launch.model_id if registry.launch else None
+    try:
+        embedded: Path | None = embedded_default()
+    except FileNotFoundError:
+        embedded = None
+    registry = ModelRegistry(settings.resolved_models_dir, embedded)
+    default = registry.launch.model_id if registry.launch else None
+    return registry, settings.model or default
 
 
 def build_connexion() -> AsyncApp:
@@ -124,7 +136,7 @@ class Server:
         self.settings = settings
         self._preload = preload
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
-        registry = ModelRegistry(settings.resolved_models_dir, _launch_path(settings))
+        registry, self._launch_id = _registry(settings)
         manager = ModelManager(registry, settings, self._executor)
         scheduler = Scheduler(settings.queue_max_waiting, settings.queue_retry_after)
         service = CompletionService(settings, manager, scheduler, self._executor)
@@ -132,8 +144,7 @@ class Server:
         self._app = build_connexion()
 
     def launch_model_id(self) -> str | None:
-        launch = self.state.manager.registry.launch
-        return launch.model_id if launch is not None else self.settings.model
+        return self._launch_id
 
     async def startup(self) -> None:
         model_id = self.launch_model_id()

@@ -80,6 +80,18 @@ class Settings:
         None,
         'Cap on the X-miLLM-Ignored-Fields value; past it the last entry is "+N more".',
     )
+    graceful_unload_timeout: float = _knob(
+        30.0,
+        "GRACEFUL_UNLOAD_TIMEOUT",
+        None,
+        "Seconds a model switch waits for the running request before halting it.",
+    )
+    memory_budget_mb: int = _knob(
+        0,
+        "MEMORY_BUDGET_MB",
+        "--memory-budget-mb",
+        "Memory a model may take, in MiB; 0 uses the host's available memory.",
+    )
     torch_threads: int = _knob(
         0,
         "MISERVER_TORCH_THREADS",

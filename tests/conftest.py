@@ -24,7 +24,7 @@ def cache_dir() -> Path:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", cache_dir=cache_dir())
+    return Settings(data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID)
 
 
 @pytest.fixture
@@ -37,7 +37,9 @@ def bare_client(settings: Settings) -> Iterator[TestClient]:
 @pytest.fixture(scope="session")
 def model_server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     data = tmp_path_factory.mktemp("data")
-    return Server(Settings(data_dir=data, cache_dir=cache_dir(), queue_heartbeat=0.2))
+    return Server(
+        Settings(data_dir=data, cache_dir=cache_dir(), queue_heartbeat=0.2, model=MODEL_ID)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,17 @@
-"""The resident model: loading, switching and the engines by name.
+"""The resident model: its lifecycle, switching, and the engines by name.
 
-One model is resident at a time. `ensure()` runs under the generation slot,
-so a switch never happens while another request generates. Engines are
-found in a registry keyed by engine name, never by `if` on model family.
+One model is resident at a time. A request for another model switches:
+
+    IDLE -> UNLOADING (waits for the running request, up to
+            GRACEFUL_UNLOAD_TIMEOUT, then halts it) -> LOADING -> IDLE
+
+From the moment a switch begins, every new request is refused with
+503 model_busy (OAI-ERR-26/27). Before a switch begins, the new model is
+checked: an unsupported quantization (400) or a model that cannot fit
+(503 insufficient_memory) is refused with the resident model untouched
+(OAI-ERR-20/21/31). A load that fails after the unload is 500
+model_load_failed (OAI-ERR-32). Engines are found in a table keyed by
+engine name, never by `if` on model family.
 """
 
 from __future__ import annotations
@@ -12,22 +21,25 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import TypeVar
 
 from ..engines.base import Engine
-from ..engines.transformers import load_transformers_engine
-from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
 from ..http.errors import ApiError
 from ..settings import Settings
-from .registry import ModelEntry, ModelRegistry
+from .memory import available_mib, needed_mib
+from .registry import GGUF, TRANSFORMERS, ModelEntry, ModelRegistry
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Loader = Callable[[ModelEntry, Settings], Engine]
+SUPPORTED_HF_QUANTIZATION: frozenset[str | None] = frozenset({None})
 
 
 def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
+    from ..engines.transformers import load_transformers_engine
+
     return load_transformers_engine(
         entry.path,
         model_id=entry.model_id,
@@ -37,8 +49,27 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
     )
 
 
-LOADERS: dict[str, Loader] = {"transformers": _load_transformers}
-CAPABILITIES: dict[str, frozenset[str]] = {"transformers": TRANSFORMERS_CAPABILITIES}
+def _load_gguf(entry: ModelEntry, settings: Settings) -> Engine:
+    from ..engines.llamacpp import load_llamacpp_engine
+
+    return load_llamacpp_engine(
+        entry.path,
+        model_id=entry.model_id,
+        threads=settings.torch_threads,
+        owned_by=entry.owned_by,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKind:
+    load: Loader
+    capabilities: frozenset[str]
+
+
+ENGINES: dict[str, EngineKind] = {
+    TRANSFORMERS: EngineKind(_load_transformers, frozenset({"generate", "chat", "seed"})),
+    GGUF: EngineKind(_load_gguf, frozenset({"generate", "chat"})),
+}
 
 
 class ModelManager:
@@ -47,52 +78,118 @@ class ModelManager:
         self._settings = settings
         self._executor = executor
         self._resident: tuple[ModelEntry, Engine] | None = None
+        self._phase = "IDLE"
+        self._target: ModelEntry | None = None
+        self._failed: set[str] = set()
         self._tokenizer_lock = threading.Lock()
 
     @property
     def resident(self) -> tuple[ModelEntry, Engine] | None:
         return self._resident
 
+    @property
+    def switching(self) -> bool:
+        return self._phase != "IDLE"
+
     def entry(self, model_id: str) -> ModelEntry:
-        """The registry entry for `model_id`; 404 model_not_found otherwise."""
-        found = self.registry.get(model_id)
-        if found is None:
-            known = ", ".join(e.model_id for e in self.registry.entries()) or "none"
-            raise ApiError(
-                "model_not_found",
-                f"The model `{model_id}` does not exist. Available: {known}.",
-                "model",
-            )
-        return found
+        """The registry entry for `model_id` (404 / 400 AMBIGUOUS_MODEL_NAME otherwise)."""
+        return self.registry.resolve(model_id)
 
     def capabilities(self, entry: ModelEntry) -> frozenset[str]:
-        return CAPABILITIES[entry.engine]
+        return ENGINES[entry.engine].capabilities
+
+    def state(self, entry: ModelEntry) -> str:
+        """READY, LOADED, LOADING, UNLOADING or FAILED."""
+        if self._resident is not None and self._resident[0] == entry:
+            return "UNLOADING" if self._phase == "UNLOADING" else "LOADED"
+        if self._target == entry and self._phase == "LOADING":
+            return "LOADING"
+        return "FAILED" if entry.model_id in self._failed else "READY"
 
     def engine_if_resident(self, entry: ModelEntry) -> Engine | None:
-        if self._resident is not None and self._resident[0] == entry:
+        if self._resident is not None and self._resident[0] == entry and not self.switching:
             return self._resident[1]
         return None
 
-    async def ensure(self, entry: ModelEntry) -> Engine:
-        """The engine for `entry`, loading it (and unloading another) first. Call under the slot."""
-        engine = self.engine_if_resident(entry)
-        if engine is not None:
-            return engine
-        loop = asyncio.get_running_loop()
-        if self._resident is not None:
-            old = self._resident[1]
-            self._resident = None
-            await loop.run_in_executor(self._executor, old.close)
-        try:
-            engine = await loop.run_in_executor(
-                self._executor, LOADERS[entry.engine], entry, self._settings
+    def refuse_if_busy(self) -> None:
+        """503 model_busy while a switch (unload or load) runs."""
+        if self.switching:
+            doing = "an unload" if self._phase == "UNLOADING" else "a model load"
+            raise ApiError(
+                "model_busy",
+                f"The server is busy with {doing}; retry once it finishes.",
+                "model",
+                headers={"Retry-After": str(self._settings.queue_retry_after)},
             )
+
+    def check_loadable(self, entry: ModelEntry) -> None:
+        """Refusals that leave the resident model in place: quantization, memory."""
+        if self.engine_if_resident(entry) is not None:
+            return
+        if (
+            entry.engine == TRANSFORMERS
+            and entry.quantization not in SUPPORTED_HF_QUANTIZATION
+            and entry.path.is_dir()
+        ):
+            raise ApiError(
+                "unsupported_quantization",
+                f"`{entry.model_id}` is quantized with `{entry.quantization}`, which the "
+                "transformers engine cannot load here.",
+                "model",
+            )
+        need = needed_mib(entry)
+        freed = needed_mib(self._resident[0]) if self._resident is not None else 0
+        free = available_mib(self._settings.memory_budget_mb)
+        if need > free + freed:
+            resident = self._resident[0].model_id if self._resident else "nothing"
+            raise ApiError(
+                "insufficient_memory",
+                f"`{entry.model_id}` needs about {need} MiB; {free + freed} MiB could be had "
+                f"(host: {free} MiB available, plus {freed} MiB from unloading {resident}). "
+                "Nothing was unloaded.",
+                "model",
+            )
+
+    def begin_switch(self, entry: ModelEntry) -> None:
+        """Mark a switch to `entry` as started: from now on new requests get model_busy."""
+        self._phase, self._target = "UNLOADING", entry
+
+    def abort_switch(self, entry: ModelEntry) -> None:
+        """Undo `begin_switch` when the switching request gave up before unloading anything."""
+        if self._phase == "UNLOADING" and self._target == entry:
+            self._phase, self._target = "IDLE", None
+
+    async def ensure(self, entry: ModelEntry) -> Engine:
+        """The engine for `entry`, unloading another and loading it first. Call under the slot."""
+        if self._resident is not None and self._resident[0] == entry:
+            self._phase, self._target = "IDLE", None
+            return self._resident[1]
+        loop = asyncio.get_running_loop()
+        self._phase, self._target = "UNLOADING", entry
+        try:
+            if self._resident is not None:
+                old = self._resident[1]
+                self._resident = None
+                await loop.run_in_executor(self._executor, old.close)
+            self._phase = "LOADING"
+            engine = await self._load(entry)
+        finally:
+            self._phase, self._target = "IDLE", None
+        self._resident = (entry, engine)
+        return engine
+
+    async def _load(self, entry: ModelEntry) -> Engine:
+        loop = asyncio.get_running_loop()
+        load = ENGINES[entry.engine].load
+        try:
+            engine = await loop.run_in_executor(self._executor, load, entry, self._settings)
         except Exception as exc:
+            self._failed.add(entry.model_id)
             log.exception("loading %s failed", entry.model_id)
             raise ApiError(
                 "model_load_failed", f"Loading `{entry.model_id}` failed: {exc}", "model"
             ) from exc
-        self._resident = (entry, engine)
+        self._failed.discard(entry.model_id)
         return engine
 
     async def tokenize(self, fn: Callable[[], T]) -> T:
@@ -110,9 +207,19 @@ class ModelManager:
             self._resident = None
 
 
-def listed(entries: Sequence[ModelEntry]) -> list[dict[str, object]]:
-    """The OpenAI `/v1/models` entries."""
-    return [
-        {"id": e.model_id, "object": "model", "created": e.created, "owned_by": e.owned_by}
-        for e in entries
-    ]
+def listed(manager: ModelManager, entries: Sequence[ModelEntry]) -> list[dict[str, object]]:
+    """The OpenAI `/v1/models` entries, with their state (OAI-MODELS-03/04)."""
+    shown = []
+    for e in entries:
+        state = manager.state(e)
+        if state in {"READY", "LOADED", "LOADING"}:
+            shown.append(
+                {
+                    "id": e.model_id,
+                    "object": "model",
+                    "created": e.created,
+                    "owned_by": e.owned_by,
+                    "state": state,
+                }
+            )
+    return shown

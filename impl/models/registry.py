@@ -1,25 +1,33 @@
 """Which models this server can serve, by id, without loading any.
 
-A models directory holds HF folders (with config.json) and .gguf files. The
-launch model (a path, or the embedded default) is always listed too. Until
-the llama.cpp engine lands, a GGUF file is served by transformers through a
-one-time conversion to an HF folder, under the file's base name (the
-quantization suffix dropped: `SmolLM2-135M-Instruct.Q4_1.gguf` ->
-`SmolLM2-135M-Instruct`).
+    HF folder (config.json)   -> its folder name             transformers
+    GGUF file                 -> `repo:QUANT`                 gguf (llama.cpp)
+    the launch GGUF, also     -> `repo` (a one-time HF conversion) transformers
+
+`repo` is the file name without `.gguf` and without a trailing quantization
+tag (`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`); `QUANT`
+is read from the file's header (OAI-GGUF-02). Several quantizations of one
+repository sit side by side. A bare repository name is no GGUF model's id:
+`resolve()` refuses it before anything loads (OAI-GGUF-04..06).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..engines import gguf
+from ..http.errors import ApiError
+
 log = logging.getLogger(__name__)
 
 _QUANT_TAG = re.compile(r"^(I?Q\d|BF16|F16|F32)", re.IGNORECASE)
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF, TRANSFORMERS = "gguf", "transformers"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +39,8 @@ class ModelEntry:
     engine: str
     created: int
     owned_by: str
+    repo: str | None = None
+    quantization: str | None = None
 
 
 def embedded_default() -> Path:
@@ -43,48 +53,94 @@ def embedded_default() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF
 
 
-def gguf_base_name(path: Path) -> str:
+def gguf_repo(path: Path) -> str:
     """`Name.Q4_1.gguf` -> `Name`; `Name.gguf` -> `Name`."""
     stem = path.name.removesuffix(".gguf")
     head, dot, tail = stem.rpartition(".")
     return head if dot and _QUANT_TAG.match(tail) else stem
 
 
-def entry_for(path: Path, model_id: str | None = None) -> ModelEntry | None:
-    """The entry a path describes, or None when it is not a model."""
-    if path.is_file() and path.suffix == ".gguf":
-        name = model_id or gguf_base_name(path)
-    elif path.is_dir() and (path / "config.json").is_file():
-        name = model_id or path.name
-    else:
+def hf_quantization(folder: Path) -> str | None:
+    """The `quant_method` an HF folder's config declares, if any."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
-    return ModelEntry(name, path, "transformers", int(path.stat().st_mtime), "miserver")
+    method = (config.get("quantization_config") or {}).get("quant_method")
+    return str(method) if method else None
+
+
+def _created(path: Path) -> int:
+    return int(path.stat().st_mtime)
+
+
+def entries_for(path: Path, *, convert: bool = False) -> list[ModelEntry]:
+    """The entries a path describes (none when it is no model)."""
+    if path.is_dir() and (path / "config.json").is_file():
+        quant = hf_quantization(path)
+        return [ModelEntry(path.name, path, TRANSFORMERS, _created(path), "local", None, quant)]
+    if not (path.is_file() and path.suffix == ".gguf"):
+        return []
+    try:
+        quant = gguf.facts(path).quantization
+    except (OSError, gguf.NotGGUF) as exc:
+        log.warning("skipping %s: %s", path, exc)
+        return []
+    repo = gguf_repo(path)
+    found = [ModelEntry(f"{repo}:{quant}", path, GGUF, _created(path), "local", repo, quant)]
+    if convert:
+        found.append(ModelEntry(repo, path, TRANSFORMERS, _created(path), "local", None, quant))
+    return found
 
 
 class ModelRegistry:
-    """The launch model plus whatever the models directory holds."""
+    """The launch model (and a GGUF's transformers conversion) plus the models directory."""
 
     def __init__(self, models_dir: Path, launch: Path | None) -> None:
         self._models_dir = models_dir
-        self._launch = entry_for(launch) if launch is not None else None
-        if launch is not None and self._launch is None:
+        self._launch = entries_for(launch, convert=True) if launch is not None else []
+        if launch is not None and not self._launch:
             raise FileNotFoundError(f"{launch} is neither a .gguf file nor an HF model folder")
 
     @property
     def launch(self) -> ModelEntry | None:
-        return self._launch
+        """The model served at start: the launch path's first entry."""
+        return self._launch[0] if self._launch else None
 
     def entries(self) -> list[ModelEntry]:
         """Every servable model, the launch model first, ids unique."""
-        found: dict[str, ModelEntry] = {}
-        if self._launch is not None:
-            found[self._launch.model_id] = self._launch
+        found: dict[str, ModelEntry] = {e.model_id: e for e in self._launch}
         if self._models_dir.is_dir():
             for path in sorted(self._models_dir.iterdir()):
-                entry = entry_for(path)
-                if entry is not None and entry.model_id not in found:
-                    found[entry.model_id] = entry
+                for entry in entries_for(path):
+                    found.setdefault(entry.model_id, entry)
         return list(found.values())
 
     def get(self, model_id: str) -> ModelEntry | None:
         return next((e for e in self.entries() if e.model_id == model_id), None)
+
+    def resolve(self, model_id: str) -> ModelEntry:
+        """The entry for an id; a bare GGUF repository or an unknown name is refused."""
+        entries = self.entries()
+        found = next((e for e in entries if e.model_id == model_id), None)
+        if found is not None:
+            return found
+        tags = sorted(e.model_id for e in entries if e.repo == model_id)
+        if len(tags) == 1:
+            raise ApiError(
+                "model_not_found",
+                f"`{model_id}` names a GGUF repository, not a model: use `{tags[0]}`.",
+                "model",
+            )
+        if tags:
+            raise ApiError(
+                "AMBIGUOUS_MODEL_NAME",
+                f"`{model_id}` is served in several quantizations; name one of: {', '.join(tags)}.",
+                "model",
+            )
+        known = ", ".join(e.model_id for e in entries) or "none"
+        raise ApiError(
+            "model_not_found",
+            f"The model `{model_id}` does not exist. Available: {known}.",
+            "model",
+        )

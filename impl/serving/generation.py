@@ -50,6 +50,7 @@ class ChoiceJob:
     params: SamplingParams
     stops: Sequence[str]
     rng: Rng | None
+    halt: threading.Event | None = None
 
 
 def run_choice(
@@ -77,6 +78,9 @@ def run_choice(
                 return
             if cancel.is_set():
                 emit(ChoiceEnd("cancelled", count, cached))
+                return
+            if job.halt is not None and job.halt.is_set():
+                emit(ChoiceEnd("halted", count, cached))
                 return
         text, matched = stopper.push(detok.flush())
         tail = text if matched else text + stopper.flush()

@@ -9,6 +9,7 @@ the slot back when its work has really stopped.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ class Ticket:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     released: bool = False
+    halt: threading.Event = field(default_factory=threading.Event)
 
 
 class Scheduler:
@@ -47,8 +49,12 @@ class Scheduler:
             headers={"Retry-After": str(self._retry_after)},
         )
 
-    def enter(self) -> Ticket:
-        """A place in line (granted at once when the slot is free); 503 when the queue is full."""
+    def enter(self, *, front: bool = False) -> Ticket:
+        """A place in line (granted at once when the slot is free); 503 when the queue is full.
+
+        `front` puts a model switch ahead of the waiters: they would need the
+        old model, which is about to go.
+        """
         ticket = Ticket()
         if self._holder is None:
             self._holder = ticket
@@ -56,7 +62,10 @@ class Scheduler:
             return ticket
         if len(self._waiting) >= self._max_waiting:
             raise self._full()
-        self._waiting.append(ticket)
+        if front:
+            self._waiting.appendleft(ticket)
+        else:
+            self._waiting.append(ticket)
         return ticket
 
     async def wait(self, ticket: Ticket, timeout: float | None = None) -> bool:
@@ -65,6 +74,11 @@ class Scheduler:
             return True
         done, _ = await asyncio.wait({ticket.granted}, timeout=timeout)
         return bool(done)
+
+    def halt_holder(self) -> None:
+        """Ask the request holding the slot to stop at its next token."""
+        if self._holder is not None:
+            self._holder.halt.set()
 
     def leave(self, ticket: Ticket) -> None:
         """Give up the place or the slot; idempotent."""

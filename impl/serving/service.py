@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from concurrent.futures import Executor
@@ -60,6 +61,18 @@ class Plan:
     budgets: list[int] = field(default_factory=list)
 
 
+def _unless_halted(end: ChoiceEnd) -> ChoiceEnd:
+    """A generation halted for a model switch ends the request with 503 model_busy."""
+    if end.finish_reason == "halted":
+        raise ApiError(
+            "model_busy",
+            "The model was unloaded while this request generated "
+            "(GRACEFUL_UNLOAD_TIMEOUT passed); retry.",
+            "model",
+        )
+    return end
+
+
 @dataclass(slots=True)
 class Tally:
     """Token counts over a request's choices, for `usage`."""
@@ -102,6 +115,7 @@ class CompletionService:
             headers[hdr.IGNORED] = value or ""
         if req.seed is not None:
             headers[hdr.SEED] = hdr.seed(req.seed, "request")
+        self._manager.refuse_if_busy()
         plan = Plan(req, entry)
         if req.stream:
             return await self._stream(plan, headers)
@@ -152,36 +166,61 @@ class CompletionService:
             )
         return asked
 
-    def _job(self, plan: Plan, i: int, rng: Rng | None) -> ChoiceJob:
+    def _job(self, plan: Plan, i: int, rng: Rng | None, halt: threading.Event) -> ChoiceJob:
         r = plan.request
         params = SamplingParams(
             plan.budgets[i], r.temperature, r.top_p, r.frequency_penalty, r.presence_penalty
         )
-        return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng)
+        return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng, halt)
 
     # -- non-streamed ------------------------------------------------------------
 
-    async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
-        ticket = self._scheduler.enter()
+    async def _slot_with_model(self, entry: ModelEntry) -> tuple[Ticket, Engine]:
+        """Hold the slot with `entry` resident, switching models first if needed.
+
+        A switch is checked (quantization, memory) before it begins, goes ahead
+        of the queue, and waits for the running request up to
+        GRACEFUL_UNLOAD_TIMEOUT before halting it.
+        """
+        switch = self._manager.engine_if_resident(entry) is None
+        if switch:
+            self._manager.check_loadable(entry)
+        ticket = self._scheduler.enter(front=switch)
         try:
+            if switch:
+                self._manager.begin_switch(entry)
+                grace = self._settings.graceful_unload_timeout
+                if not await self._scheduler.wait(ticket, grace):
+                    self._scheduler.halt_holder()
             await self._scheduler.wait(ticket)
-            engine = await self._manager.ensure(plan.entry)
+            engine = await self._manager.ensure(entry)
+        except BaseException:
+            self._manager.abort_switch(entry)
+            self._scheduler.leave(ticket)
+            raise
+        return ticket, engine
+
+    async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
+        ticket, engine = await self._slot_with_model(plan.entry)
+        try:
             await self._prepare(plan, engine)
-            choices, tally = await self._generate_all(plan, engine)
+            choices, tally = await self._generate_all(plan, engine, ticket.halt)
         finally:
             self._scheduler.leave(ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
         return Reply(body, {**headers, hdr.STEERING: "none"})
 
-    async def _generate_all(self, plan: Plan, engine: Engine) -> tuple[list[dict[str, Any]], Tally]:
+    async def _generate_all(
+        self, plan: Plan, engine: Engine, halt: threading.Event
+    ) -> tuple[list[dict[str, Any]], Tally]:
         r = plan.request
         choices: list[dict[str, Any]] = []
         tally = Tally()
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
-                text, end = await self._collect(engine, self._job(plan, i, rng))
+                text, end = await self._collect(engine, self._job(plan, i, rng, halt))
                 choices.append(shapes.choice(r.endpoint, len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
         return choices, tally
@@ -194,7 +233,7 @@ class CompletionService:
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
-                return "".join(parts), event
+                return "".join(parts), _unless_halted(event)
         raise RuntimeError("generation ended without an end event")
 
     # -- streamed ----------------------------------------------------------------
@@ -203,14 +242,14 @@ class CompletionService:
         """Every refusal happens here, before the stream (and its 200) starts."""
         engine = self._manager.engine_if_resident(plan.entry)
         if engine is None:
+            ticket, engine = await self._slot_with_model(plan.entry)
+        else:
             ticket = self._scheduler.enter()
-            try:
-                await self._scheduler.wait(ticket)
-                engine = await self._manager.ensure(plan.entry)
-            finally:
-                self._scheduler.leave(ticket)
-        await self._prepare(plan, engine)
-        ticket = self._scheduler.enter()
+        try:
+            await self._prepare(plan, engine)
+        except BaseException:
+            self._scheduler.leave(ticket)
+            raise
         events = self._events(plan, ticket)
         # A stream whose body never starts (client gone first) still gives its place back.
         loop = asyncio.get_running_loop()
@@ -227,7 +266,7 @@ class CompletionService:
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
             tally = Tally()
             for i in range(len(plan.request.prompts)):
-                async for chunk in self._choice_chunks(plan, engine, env, i):
+                async for chunk in self._choice_chunks(plan, engine, env, i, ticket.halt):
                     if isinstance(chunk, ChoiceEnd):
                         tally.add(chunk, first_of_prompt=True)
                     else:
@@ -239,18 +278,19 @@ class CompletionService:
             self._scheduler.leave(ticket)
 
     async def _choice_chunks(
-        self, plan: Plan, engine: Engine, env: shapes.Envelope, i: int
+        self, plan: Plan, engine: Engine, env: shapes.Envelope, i: int, halt: threading.Event
     ) -> AsyncIterator[dict[str, Any] | ChoiceEnd]:
         endpoint = plan.request.endpoint
         if endpoint == "chat":
             yield env.chunk([shapes.delta(endpoint, i, "", None, role=True)])
-        job = self._job(plan, i, engine.new_rng(plan.request.seed))
+        job = self._job(plan, i, engine.new_rng(plan.request.seed), halt)
         async for event in stream_choice(engine, job, self._executor):
             if isinstance(event, TextDelta):
                 yield env.chunk([shapes.delta(endpoint, i, event.text, None)])
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
+                _unless_halted(event)
                 usage = shapes.usage(
                     len(plan.prompt_ids[i]), event.completion_tokens, event.cached_tokens
                 )

@@ -29,7 +29,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import cache_dir
+from tests.conftest import MODEL_ID, cache_dir
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
@@ -93,6 +93,8 @@ def live_server(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator
     command = [
         *serve_command(),
         "serve",
+        "--model",
+        MODEL_ID,
         "--host",
         "127.0.0.1",
         "--port",

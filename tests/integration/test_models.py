@@ -32,11 +32,13 @@ def test_models_dir_is_listed_and_a_named_model_loads_first(
     tmp_path: Path, models_dir: Path
 ) -> None:
     """OAI-MODELS-01, OAI-MODELS-03, OAI-ERR-30: every model listed; naming one loads it first."""
-    settings = Settings(data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=models_dir)
+    settings = Settings(
+        data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=models_dir, model=MODEL_ID
+    )
     server = Server(settings, preload=False)
     with TestClient(server) as client:
         ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
-        assert ids == [MODEL_ID, "Other", "smol-hf"]
+        assert ids == [f"{MODEL_ID}:Q4_1", MODEL_ID, "Other:Q4_1", "smol-hf"]
         body = {"model": "smol-hf", "messages": USER, "temperature": 0, "max_tokens": 4}
         response = client.post("/v1/chat/completions", json=body)
         assert response.status_code == 200, response.text

@@ -104,14 +104,15 @@ def test_unknown_model(bare_client: TestClient) -> None:
 
 
 def test_models_listing(bare_client: TestClient) -> None:
-    """OAI-MODELS-01, OAI-MODELS-02, OAI-MODELS-07, OAI-EP-04, OAI-EP-05."""
+    """OAI-MODELS-01..03, OAI-MODELS-06, OAI-MODELS-07, OAI-EP-04, OAI-EP-05."""
     listing = bare_client.get("/v1/models").json()
     assert listing["object"] == "list"
     ids = [m["id"] for m in listing["data"]]
-    assert MODEL_ID in ids
+    assert MODEL_ID in ids and f"{MODEL_ID}:Q4_1" in ids  # the conversion and the GGUF
     for model in listing["data"]:
-        assert set(model) == {"id", "object", "created", "owned_by"}
+        assert set(model) == {"id", "object", "created", "owned_by", "state"}
         assert model["object"] == "model" and isinstance(model["created"], int)
+        assert model["state"] == "READY"  # nothing loaded yet (OAI-MODELS-03)
     one = bare_client.get(f"/v1/models/{MODEL_ID}").json()
     assert one == next(m for m in listing["data"] if m["id"] == MODEL_ID)
     assert_nothing_loaded(bare_client)

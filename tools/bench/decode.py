@@ -89,6 +89,8 @@ def served(data_dir: Path, cache_dir: Path, threads: int | None) -> Iterator[str
         env["OMP_NUM_THREADS"] = str(threads)
     args = [
         "serve",
+        "--model",
+        MODEL_ID,
         "--port",
         str(port),
         "--data-dir",

@@ -13,7 +13,6 @@ where the weights came from; `ModelFacts` quotes it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,15 +22,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import gguf
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..gguf import facts, fingerprint
+
 logger = logging.getLogger(__name__)
 
 PROVENANCE_FILE = "miserver-source.json"
-_FINGERPRINT_SPAN = 1 << 20
 
 Progress = Callable[[str], None]
 
@@ -46,25 +45,9 @@ class Provenance:
     converter: str
 
 
-def fingerprint(path: Path) -> str:
-    """SHA-256 hex over the file's size, first MiB and last MiB."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    with path.open("rb") as handle:
-        digest.update(handle.read(_FINGERPRINT_SPAN))
-        handle.seek(max(0, size - _FINGERPRINT_SPAN))
-        digest.update(handle.read(_FINGERPRINT_SPAN))
-    return digest.hexdigest()
-
-
 def gguf_quantization(path: Path) -> str:
     """The quantization a GGUF declares (`general.file_type`), e.g. `Q4_1`."""
-    reader = gguf.GGUFReader(path)
-    field = reader.fields.get("general.file_type")
-    if field is None:
-        return "unrecorded"
-    file_type = gguf.LlamaFileType(int(field.contents()))
-    return file_type.name.removeprefix("MOSTLY_")
+    return facts(path).quantization
 
 
 def read_provenance(folder: Path) -> Provenance | None:

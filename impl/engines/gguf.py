@@ -1,0 +1,148 @@
+"""What a GGUF file says about itself, read without loading any weights.
+
+Only the key/value header is parsed (arrays are skipped, keeping their
+length), so reading a file's facts costs milliseconds; the registry calls it
+to name models `repo:QUANT` before anything loads. The format:
+https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (version 2 and 3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import gguf
+
+MAGIC = b"GGUF"
+_FINGERPRINT_SPAN = 1 << 20
+_SCALARS: dict[int, str] = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING, _ARRAY = 8, 9
+
+
+class NotGGUF(ValueError):
+    """The file is not a readable GGUF file."""
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFFacts:
+    """The header facts the server needs: naming, fingerprints, window, template."""
+
+    quantization: str
+    architecture: str
+    context_length: int
+    chat_template: str | None
+    bos_token_id: int | None
+    eos_token_id: int | None
+    metadata: dict[str, Any]
+
+
+def _read(handle: BinaryIO, fmt: str) -> Any:
+    size = struct.calcsize(fmt)
+    raw = handle.read(size)
+    if len(raw) != size:
+        raise NotGGUF("the header ends early")
+    return struct.unpack(fmt, raw)[0]
+
+
+def _string(handle: BinaryIO) -> str:
+    length = _read(handle, "<Q")
+    raw = handle.read(length)
+    if len(raw) != length:
+        raise NotGGUF("the header ends early")
+    return raw.decode("utf-8", errors="replace")
+
+
+def _value(handle: BinaryIO, kind: int) -> Any:
+    if kind in _SCALARS:
+        return _read(handle, _SCALARS[kind])
+    if kind == _STRING:
+        return _string(handle)
+    if kind == _ARRAY:
+        item, count = _read(handle, "<I"), _read(handle, "<Q")
+        _skip(handle, item, count)
+        return ("array", count)
+    raise NotGGUF(f"unknown value type {kind}")
+
+
+def _skip(handle: BinaryIO, kind: int, count: int) -> None:
+    if kind in _SCALARS:
+        handle.seek(struct.calcsize(_SCALARS[kind]) * count, 1)
+        return
+    for _ in range(count):
+        _value(handle, kind)
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """Every header key: scalars and strings as values, arrays as ("array", length)."""
+    with path.open("rb") as handle:
+        if handle.read(4) != MAGIC:
+            raise NotGGUF(f"{path.name} does not start with the GGUF magic")
+        version = _read(handle, "<I")
+        if version not in (2, 3):
+            raise NotGGUF(f"{path.name}: unsupported GGUF version {version}")
+        _read(handle, "<Q")  # tensor count
+        count = _read(handle, "<Q")
+        return {_string(handle): _value(handle, _read(handle, "<I")) for _ in range(count)}
+
+
+def quantization_name(file_type: int | None) -> str:
+    """`general.file_type` as llama.cpp names it (`Q4_1`), or `unrecorded`."""
+    if file_type is None:
+        return "unrecorded"
+    try:
+        return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return "unrecorded"
+
+
+@lru_cache(maxsize=256)
+def _facts(path: Path, _size: int, _mtime: float) -> GGUFFacts:
+    meta = read_metadata(path)
+    arch = str(meta.get("general.architecture", "unrecorded"))
+    template = meta.get("tokenizer.chat_template")
+    return GGUFFacts(
+        quantization=quantization_name(meta.get("general.file_type")),
+        architecture=arch,
+        context_length=int(meta.get(f"{arch}.context_length", 0)),
+        chat_template=template if isinstance(template, str) else None,
+        bos_token_id=_int_or_none(meta.get("tokenizer.ggml.bos_token_id")),
+        eos_token_id=_int_or_none(meta.get("tokenizer.ggml.eos_token_id")),
+        metadata=meta,
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) else None
+
+
+def facts(path: Path) -> GGUFFacts:
+    """The header facts of `path` (cached while the file is unchanged)."""
+    stat = path.stat()
+    return _facts(path.resolve(), stat.st_size, stat.st_mtime)
+
+
+def fingerprint(path: Path) -> str:
+    """SHA-256 hex over the file's size, first MiB and last MiB: cheap and change-sensitive."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(_FINGERPRINT_SPAN))
+        handle.seek(max(0, size - _FINGERPRINT_SPAN))
+        digest.update(handle.read(_FINGERPRINT_SPAN))
+    return digest.hexdigest()

@@ -1,0 +1,52 @@
+"""Will a model fit? Estimates from the files, against the host's available memory.
+
+Estimates are deliberately simple and stated: a GGUF needs its file size
+plus its KV cache at the trained window (f16 keys and values); an HF folder
+needs its weight files' size; a GGUF served through the transformers
+conversion needs its converted float32 size (about 8 bytes per 4.5-bit
+weight: 7x the file). MEMORY_BUDGET_MB, when set, replaces the host's
+available memory (MemAvailable).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..engines import gguf
+from .registry import GGUF, ModelEntry
+
+MIB = 1 << 20
+CONVERSION_GROWTH = 7
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+def available_mib(budget_mb: int = 0, meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The memory a model may take: the budget if set, else MemAvailable."""
+    if budget_mb > 0:
+        return budget_mb
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) // 1024
+    raise RuntimeError("MemAvailable is missing from /proc/meminfo")
+
+
+def _kv_cache_bytes(path: Path) -> int:
+    facts = gguf.facts(path)
+    meta, arch = facts.metadata, facts.architecture
+    layers = int(meta.get(f"{arch}.block_count", 0))
+    heads = int(meta.get(f"{arch}.attention.head_count", 1)) or 1
+    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+    width = int(meta.get(f"{arch}.embedding_length", 0))
+    return facts.context_length * layers * (width // heads) * kv_heads * 2 * 2
+
+
+def needed_mib(entry: ModelEntry) -> int:
+    """The memory `entry` takes once loaded, in MiB (rounded up)."""
+    path = entry.path
+    if entry.engine == GGUF:
+        need = path.stat().st_size + _kv_cache_bytes(path)
+    elif path.is_dir():
+        need = sum(f.stat().st_size for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES)
+    else:  # a GGUF file converted for transformers
+        need = path.stat().st_size * CONVERSION_GROWTH
+    return -(-need // MIB)
