@@ -103,7 +103,7 @@ class Engine(Protocol):
         """One `Prefilled`, then up to `params.max_tokens` tokens; the last may be an EOS.
 
         Blocking: callers run it in a worker thread. Closing the iterator
-        stops generation before the next forward pass and frees its cache.
+        stops generation before the next forward pass; the engine keeps or frees its KV cache.
         """
         ...
 

@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -59,6 +59,16 @@ class Plan:
     entry: ModelEntry
     prompt_ids: list[list[int]] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
+
+
+def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:
+    """The request less what the policy reported as unused: a reported field has no effect."""
+    if "chat_template_kwargs" not in ignored:
+        return req
+    prompts = tuple(
+        replace(p, template_kwargs={}) if isinstance(p, ChatPrompt) else p for p in req.prompts
+    )
+    return replace(req, prompts=prompts)
 
 
 def _unless_halted(end: ChoiceEnd) -> ChoiceEnd:
@@ -116,7 +126,7 @@ class CompletionService:
         if req.seed is not None:
             headers[hdr.SEED] = hdr.seed(req.seed, "request")
         self._manager.refuse_if_busy()
-        plan = Plan(req, entry)
+        plan = Plan(without_unused(req, ignored), entry)
         if req.stream:
             return await self._stream(plan, headers)
         return await self._reply(plan, headers)

@@ -86,15 +86,19 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def live_server(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator[LiveServer]:
-    """Run `miserver serve` until the block ends; its output goes to `workdir/server.log`."""
+def live_server(
+    workdir: Path, env: Mapping[str, str] | None = None, model: str | None = MODEL_ID
+) -> Iterator[LiveServer]:
+    """Run `miserver serve` until the block ends; its output goes to `workdir/server.log`.
+
+    `model` None starts it as a user would, with no `--model`: the embedded GGUF.
+    """
     port = free_port()
     log_path = workdir / "server.log"
     command = [
         *serve_command(),
         "serve",
-        "--model",
-        MODEL_ID,
+        *(["--model", model] if model else []),
         "--host",
         "127.0.0.1",
         "--port",
@@ -138,6 +142,13 @@ def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe
     """A second server whose queue holds one waiter and whose heartbeat is 0.5 s."""
     env = {"QUEUE_MAX_WAITING": "1", "QUEUE_HEARTBEAT_SECONDS": "0.5"}
     with live_server(tmp_path_factory.mktemp("e2e-queue-server"), env) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """`miserver serve` with no model argument: SmolLM2's GGUF on llama.cpp."""
+    with live_server(tmp_path_factory.mktemp("e2e-default"), model=None) as running:
         yield running
 
 

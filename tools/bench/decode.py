@@ -24,18 +24,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
-import shutil
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -46,123 +40,23 @@ from miserver.engines.transformers import TransformersEngine, load_transformers_
 from miserver.models.registry import embedded_default
 from miserver.settings import from_env
 
+try:
+    from tools.bench import common
+except ModuleNotFoundError:  # run as a script: python tools/bench/decode.py
+    import common  # type: ignore[no-redef]
+
 log = logging.getLogger("bench.decode")
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 MESSAGES = [{"role": "user", "content": "Write a long essay about the history of Rome."}]
-START_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """One timed generation: how many tokens it produced and how long it took."""
-
-    tokens: int
-    seconds: float
-    text: str
-
-    @property
-    def rate(self) -> float:
-        return self.tokens / self.seconds
-
-
-# -- the server ------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+Run = common.Run
 
 
 @contextlib.contextmanager
 def served(data_dir: Path, cache_dir: Path, threads: int | None) -> Iterator[str]:
-    """`miserver serve` on a free loopback port; yields its /v1 base URL."""
-    script = shutil.which("miserver", path=str(Path(sys.executable).parent))
-    command = (
-        [script] if script else [sys.executable, "-c", "from miserver.cli import main; main()"]
-    )
-    port = _free_port()
-    env = dict(os.environ)
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    args = [
-        "serve",
-        "--model",
-        MODEL_ID,
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--cache-dir",
-        str(cache_dir),
-    ]
-    process = subprocess.Popen(
-        [*command, *args, "--log-level", "warning"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait_until_up(base_url, process)
+    """`miserver serve --model SmolLM2-135M-Instruct` on a free loopback port; yields /v1."""
+    with common.served(data_dir, cache_dir, threads, ["--model", MODEL_ID]) as base_url:
         yield base_url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _wait_until_up(base_url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"miserver exited with {process.returncode}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base_url}/models", timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.25)
-    raise RuntimeError(f"miserver did not answer within {START_TIMEOUT_S:.0f} s")
-
-
-def _body(tokens: int, stream: bool) -> dict[str, object]:
-    return {
-        "model": MODEL_ID,
-        "messages": MESSAGES,
-        "max_tokens": tokens,
-        "temperature": 0,
-        "stream": stream,
-    }
-
-
-def server_json(client: httpx.Client, base_url: str, tokens: int) -> Run:
-    started = time.perf_counter()
-    response = client.post(f"{base_url}/chat/completions", json=_body(tokens, stream=False))
-    seconds = time.perf_counter() - started
-    response.raise_for_status()
-    body = response.json()
-    text = body["choices"][0]["message"]["content"]
-    return Run(body["usage"]["completion_tokens"], seconds, text)
-
-
-def server_stream(client: httpx.Client, base_url: str, tokens: int) -> Run:
-    parts: list[str] = []
-    completion = 0
-    started = time.perf_counter()
-    with client.stream(
-        "POST", f"{base_url}/chat/completions", json=_body(tokens, stream=True)
-    ) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", []):
-                parts.append(choice["delta"].get("content") or "")
-            if chunk.get("usage"):
-                completion = chunk["usage"]["completion_tokens"]
-    seconds = time.perf_counter() - started
-    return Run(completion, seconds, "".join(parts))
 
 
 # -- bare transformers ---------------------------------------------------------------
@@ -200,41 +94,16 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     ):
         paths: dict[str, Callable[[], Run]] = {
             "bare": lambda: bare(engine, prompt_ids, tokens),
-            "server": lambda: server_json(client, base_url, tokens),
-            "server-stream": lambda: server_stream(client, base_url, tokens),
+            "server": lambda: common.server_json(
+                client, base_url, tokens, model=MODEL_ID, messages=MESSAGES
+            ),
+            "server-stream": lambda: common.server_stream(
+                client, base_url, tokens, model=MODEL_ID, messages=MESSAGES
+            ),
         }
-        for run in paths.values():  # warm-up, not counted
-            run()
-        runs: dict[str, list[Run]] = {name: [] for name in paths}
-        names = list(paths)
-        for i in range(rounds):
-            for name in names[i % len(names) :] + names[: i % len(names)]:
-                runs[name].append(paths[name]())
-                log.info("round %d %-13s %6.1f tok/s", i + 1, name, runs[name][-1].rate)
+        runs = common.interleave(paths, rounds)
     engine.close()
     return runs
-
-
-def table(runs: dict[str, list[Run]], tokens: int) -> str:
-    base = statistics.median(r.rate for r in runs["bare"])
-    reference = runs["bare"][0].text
-    lines = [
-        "| path | median tok/s | min | max | median wall (s) | tokens | same text as bare "
-        "| ratio to bare |",
-        "|---|---:|---:|---:|---:|---:|---|---:|",
-    ]
-    for name, found in runs.items():
-        rates = [r.rate for r in found]
-        counts = sorted({r.tokens for r in found})
-        same = all(r.text == reference for r in found)
-        flag = "" if counts == [tokens] else " (stopped early)"
-        lines.append(
-            f"| {name} | {statistics.median(rates):.1f} | {min(rates):.1f} | {max(rates):.1f} "
-            f"| {statistics.median(r.seconds for r in found):.2f} "
-            f"| {'/'.join(map(str, counts))}{flag} | {'yes' if same else 'no'} "
-            f"| {statistics.median(rates) / base:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{os.cpu_count()} CPUs, {args.rounds} rounds of {args.tokens} greedy tokens\n\n"
     )
-    sys.stdout.write(table(runs, args.tokens))
+    sys.stdout.write(common.table(runs, args.tokens))
     return 0
 
 

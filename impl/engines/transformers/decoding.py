@@ -1,6 +1,7 @@
 """The decode loop: one prefill pass, then one pass per new token.
 
-The prompt is run once; every later pass feeds only the newest token with
+The prompt is run once, less the prefix the engine's kept KV cache already
+holds (see `prefix.py`); every later pass feeds only the newest token with
 the KV cache the earlier passes filled. Each pass runs under
 `torch.inference_mode()`, entered and left around the pass alone, so the
 mode never leaks into the caller between yields.
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from ..base import Prefilled, SamplingParams, Token
+from .prefix import PrefixCache
 from .sampling import apply_penalties, is_no_op_penalty, pick
 
 
@@ -58,38 +60,43 @@ class _Counts:
 def decode(
     model: PreTrainedModel,
     settings: DecodeSettings,
+    prefix: PrefixCache,
     prompt_ids: Sequence[int],
     params: SamplingParams,
     rng: torch.Generator | None,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield up to `params.max_tokens` tokens; stop after an EOS.
 
-    Closing the generator raises GeneratorExit at the pending `yield`, so no
-    further pass runs, and the finished frame drops the cache with it.
+    The cache comes from `prefix` when the generator starts and goes back to
+    it when the generator finishes, also when closed: closing raises
+    GeneratorExit at the pending `yield`, so no further pass runs. A seeded
+    request (`rng` given) reuses nothing.
     """
     if not prompt_ids:
         raise ValueError("the prompt holds no tokens")
     budget = _budget(settings, len(prompt_ids), params.max_tokens)
     penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
     counts = _Counts()
-    cache = DynamicCache(config=model.config)
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
-    input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
-    for step in range(budget):
-        with torch.inference_mode():
-            out = model(input_ids=input_ids, cache=cache, use_cache=True, **extra)
-            logits = out.logits[0, -1].float()
-            if penalized:
-                logits = counts.penalize(logits, params)
-            token_id = pick(logits, temperature=params.temperature, top_p=params.top_p, rng=rng)
-        eos = token_id in settings.eos_ids
-        if step == 0:
-            yield Prefilled(cached_tokens=0)
-        yield Token(token_id=token_id, eos=eos)
-        if eos:
-            return
-        counts.add(token_id)
-        input_ids = torch.tensor([[token_id]], dtype=torch.long)
+    held, cached = prefix.take(prompt_ids, reuse=rng is None)
+    try:
+        pending = list(prompt_ids[cached:])
+        for step in range(budget):
+            with torch.inference_mode():
+                logits = held.feed(model, pending, extra).float()
+                if penalized:
+                    logits = counts.penalize(logits, params)
+                token_id = pick(logits, temperature=params.temperature, top_p=params.top_p, rng=rng)
+            eos = token_id in settings.eos_ids
+            if step == 0:
+                yield Prefilled(cached_tokens=cached)
+            yield Token(token_id=token_id, eos=eos)
+            if eos:
+                return
+            counts.add(token_id)
+            pending = [token_id]
+    finally:
+        prefix.give_back(held)
 
 
 def _budget(settings: DecodeSettings, prompt_length: int, max_tokens: int) -> int:

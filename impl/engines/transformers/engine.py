@@ -13,6 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, Token
 from . import chat
 from .decoding import DecodeSettings, decode, decode_settings
+from .prefix import PrefixCache
 from .sampling import new_rng
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ CAPABILITIES = frozenset({"generate", "chat", "seed"})
 
 
 class TransformersEngine:
-    """A loaded causal LM and its tokenizer, on torch (CPU)."""
+    """A loaded causal LM and its tokenizer, on torch (CPU), with one kept KV cache."""
 
     def __init__(
         self,
@@ -35,6 +36,7 @@ class TransformersEngine:
         self._tokenizer = tokenizer
         self._facts = facts
         self._settings: DecodeSettings = decode_settings(model, eos_ids)
+        self._prefix = PrefixCache(model.config)
 
     @property
     def facts(self) -> ModelFacts:
@@ -78,10 +80,11 @@ class TransformersEngine:
     ) -> Generator[Prefilled | Token, None, None]:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
-        return decode(self.model, self._settings, prompt_ids, params, rng)
+        return decode(self.model, self._settings, self._prefix, prompt_ids, params, rng)
 
     def close(self) -> None:
-        """Drop the model; a later call that needs it fails."""
+        """Drop the model and the kept KV cache; a later call that needs the model fails."""
+        self._prefix.close()
         self._model = None
         gc.collect()
         logger.info("closed transformers engine for %s", self._facts.model_id)

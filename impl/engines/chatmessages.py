@@ -1,0 +1,96 @@
+"""OpenAI-shaped chat messages made ready for a chat template: pure, torch-free.
+
+Both engines render chats with the model's own template; what they hand the
+template is prepared here so the two agree token for token (OAI-TOKIDS-01):
+known roles only (`function` is rendered as `tool`), content as a string
+(null, a string, or text parts), keys whose value is null dropped (as
+transformers' `apply_chat_template` does), and a trailing assistant message
+split off as a partial answer to continue (OAI-CONT-01..03).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .base import PromptError
+
+logger = logging.getLogger(__name__)
+
+FALLBACK_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""ChatML, for models that ship no chat template (OAI-TOKIDS-07)."""
+
+ROLES = frozenset({"system", "user", "assistant", "tool", "function"})
+RESERVED_KWARGS = frozenset(
+    {"conversation", "chat_template", "tokenize", "add_generation_prompt", "return_dict"}
+    | {"continue_final_message", "return_assistant_tokens_mask"}
+)
+"""Arguments of `apply_chat_template` that template variables may not override."""
+_RENDERED_AS = {"function": "tool"}
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text: a string, null, or OpenAI text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_part_text(part) for part in content)
+    raise PromptError(f"unsupported message content: {type(content).__name__}")
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, Mapping) and part.get("type") == "text":
+        return str(part.get("text") or "")
+    raise PromptError("only text content parts are supported")
+
+
+def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy the template can render: a known role and string content."""
+    role = message.get("role")
+    if role not in ROLES:
+        raise PromptError(f"unsupported message role: {role!r}")
+    normalized = {key: value for key, value in message.items() if value is not None}
+    normalized["role"] = _RENDERED_AS.get(role, role)
+    normalized["content"] = content_text(message.get("content"))
+    return normalized
+
+
+def template_variables(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The template variables, less any that would override how we render."""
+    dropped = sorted(RESERVED_KWARGS.intersection(kwargs))
+    if dropped:
+        logger.warning("ignoring chat template variables %s", ", ".join(dropped))
+    return {key: value for key, value in kwargs.items() if key not in RESERVED_KWARGS}
+
+
+def split_partial(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The normalized messages to render, and the partial answer to append raw.
+
+    A trailing assistant message is a partial answer to continue (OAI-CONT-01);
+    it needs a message before it to continue from.
+    """
+    normalized = [normalize_message(m) for m in messages]
+    if not normalized or normalized[-1]["role"] != "assistant":
+        return normalized, ""
+    partial: str = normalized.pop()["content"]
+    if not normalized:
+        raise PromptError(
+            "a trailing assistant message is a partial answer to continue; "
+            "it needs at least one message before it"
+        )
+    return normalized, partial
+
+
+def without_double_bos(ids: Sequence[int], bos_id: int | None) -> list[int]:
+    """`ids` with a doubled leading BOS collapsed to one (OAI-TOKIDS-05)."""
+    if bos_id is not None and len(ids) >= 2 and ids[0] == ids[1] == bos_id:
+        return list(ids[1:])
+    return list(ids)

@@ -1,0 +1,99 @@
+"""The one llama.cpp context of an engine: its KV cache and the ids it holds.
+
+The context is kept across requests (LOC-CHAT-43..48). `Context.hold(ids)`
+makes the KV cache hold exactly `ids`: it keeps the longest prefix the cache
+already holds (at most `len(ids) - 1` tokens, so the last one is always run
+and its logits are fresh), drops the rest, and runs what is missing. The
+count it returns is what was really reused: `Prefilled.cached_tokens`. A
+different conversation evicts the previous one: there is one cache.
+
+The ids the cache holds are llama-cpp-python's own record (`Llama.input_ids`
+up to `Llama.n_tokens`), which `Llama.eval` keeps in step with the cache.
+A generator owns the context between its steps; when another generator has
+used it meanwhile (generators interleaved), the next step re-holds its own
+sequence through the same prefix reuse, so the two never mix. (A sequence
+re-run in one batch may differ from its token-by-token run in the last bits
+of the logits, as any reused prefix may from a fresh prefill.) Each step
+runs under a lock; nothing is held across a `yield`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp import _internals
+
+from ..base import Token
+from .sampling import Penalties
+
+
+class Context:
+    """A loaded `Llama` and the bookkeeping for reusing its KV cache."""
+
+    def __init__(self, llama: llama_cpp.Llama) -> None:
+        self.llama = llama
+        self.lock = threading.Lock()
+        self.vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        self._owner: object | None = None
+        self._closed = False
+
+    @property
+    def window(self) -> int:
+        """How many tokens the context holds at most (n_ctx)."""
+        return int(self.llama.n_ctx())
+
+    @property
+    def held(self) -> list[int]:
+        """The ids the KV cache holds now."""
+        return [int(i) for i in self.llama.input_ids[: self.llama.n_tokens]]
+
+    def is_eog(self, token_id: int) -> bool:
+        """Whether `token_id` ends generation (any of the vocabulary's EOG tokens)."""
+        if self._closed:
+            raise RuntimeError("the llama.cpp context is closed")
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token_id))
+
+    def hold(self, ids: Sequence[int], owner: object) -> int:
+        """Make the KV cache hold exactly `ids`; returns how many were reused."""
+        if self._closed:
+            raise RuntimeError("the llama.cpp context is closed")
+        llama = self.llama
+        if self._owner is owner and llama.n_tokens == len(ids) - 1:
+            llama.eval(ids[-1:])  # the owner's next token: the common case
+            return len(ids) - 1
+        reused = self._keep_prefix(ids)
+        self._owner = owner
+        llama.eval(ids[reused:])
+        return reused
+
+    def _keep_prefix(self, ids: Sequence[int]) -> int:
+        """Drop what the cache holds past its common prefix with `ids` (< len(ids))."""
+        llama = self.llama
+        limit = min(llama.n_tokens, len(ids) - 1)
+        kept = 0
+        if limit > 0:
+            held = llama.input_ids[:limit]
+            differ = np.flatnonzero(held != np.asarray(ids[:limit], dtype=held.dtype))
+            kept = int(differ[0]) if differ.size else limit
+        if kept < llama.n_tokens and (kept == 0 or not llama._ctx.kv_cache_seq_rm(-1, kept, -1)):
+            # nothing to keep, or a cache that cannot drop a tail (recurrent models)
+            llama.reset()  # type: ignore[no-untyped-call]
+            kept = 0
+        llama.n_tokens = kept
+        return kept
+
+    def pick(self, chain: _internals.LlamaSampler, penalties: Penalties | None) -> Token:
+        """The next token after what the cache holds (call right after `hold`)."""
+        if penalties is not None:
+            penalties.apply_to_context(self.llama.ctx)
+        token_id = int(llama_cpp.llama_sampler_sample(chain.sampler, self.llama.ctx, -1))
+        return Token(token_id=token_id, eos=self.is_eog(token_id))
+
+    def close(self) -> None:
+        """Free the model and the context; a generator still open fails at its next step."""
+        with self.lock:
+            self._closed = True
+            self.llama.close()

@@ -1,0 +1,66 @@
+"""The decode loop on llama.cpp: prefill what the cache lacks, then one token per step.
+
+The prompt is run once, less the prefix the context already holds
+(`Context.hold`, LOC-CHAT-43..47); every later step runs only the newest
+token. Generation stops after an end-of-generation token (any token in the
+vocabulary's EOG set, not only `token_eos`), yielded with `eos=True`, or
+after `max_tokens`. Closing the generator raises GeneratorExit at the pending
+`yield`, so no further step runs; the context keeps what it holds for the
+next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+
+from ..base import Prefilled, SamplingParams, Token
+from .context import Context
+from .sampling import Penalties, is_no_op_penalty, sampler_chain
+
+
+def decode(
+    context: Context, prompt_ids: Sequence[int], params: SamplingParams
+) -> Generator[Prefilled | Token, None, None]:
+    """Yield one `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOG."""
+    sequence = [int(i) for i in prompt_ids]
+    if not sequence:
+        raise ValueError("the prompt holds no tokens")
+    n_vocab = int(context.llama.n_vocab())
+    check_ids(sequence, n_vocab)
+    window = context.window
+    if len(sequence) > window:
+        raise ValueError(f"the prompt holds {len(sequence)} tokens; the window is {window}")
+    budget = min(params.max_tokens, window - len(sequence))
+    penalties = _penalties(params, n_vocab)
+    chain = sampler_chain(params)
+    me = object()
+    try:
+        with context.lock:  # the first token is picked with the prefill, under one lock
+            cached = context.hold(sequence, me)
+            token = context.pick(chain, penalties)
+        yield Prefilled(cached_tokens=cached)
+        for left in range(budget, 0, -1):
+            yield token
+            if token.eos or left == 1:
+                return
+            sequence.append(token.token_id)
+            if penalties is not None:
+                penalties.add(token.token_id)
+            with context.lock:
+                context.hold(sequence, me)
+                token = context.pick(chain, penalties)
+    finally:
+        chain.close()  # type: ignore[no-untyped-call]
+
+
+def check_ids(token_ids: Sequence[int], n_vocab: int) -> None:
+    """Refuse ids outside the vocabulary (llama.cpp aborts the process on some)."""
+    if token_ids and (min(token_ids) < 0 or max(token_ids) >= n_vocab):
+        bad = next(i for i in token_ids if not 0 <= i < n_vocab)
+        raise ValueError(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
+
+
+def _penalties(params: SamplingParams, n_vocab: int) -> Penalties | None:
+    if is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
+        return None
+    return Penalties(params.frequency_penalty, params.presence_penalty, n_vocab)

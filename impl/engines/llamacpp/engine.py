@@ -1,0 +1,96 @@
+"""`LlamaCppEngine`: the Engine protocol over a GGUF file on llama-cpp-python."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Generator, Sequence
+
+import llama_cpp
+
+from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, Token
+from . import chat
+from .context import Context
+from .decoding import check_ids, decode
+from .sampling import new_rng
+
+logger = logging.getLogger(__name__)
+
+CAPABILITIES = frozenset({"generate", "chat"})
+
+
+class LlamaCppEngine:
+    """A GGUF model in one llama.cpp context, whose KV cache is kept across requests."""
+
+    def __init__(self, llama: llama_cpp.Llama, facts: ModelFacts, template: chat.ChatTemplate):
+        self._context: Context | None = Context(llama)
+        self._facts = facts
+        self._template = template
+
+    @property
+    def facts(self) -> ModelFacts:
+        return self._facts
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return CAPABILITIES
+
+    @property
+    def context(self) -> Context:
+        """The llama.cpp context (for tests and tools); fails once closed."""
+        if self._context is None:
+            raise RuntimeError(f"engine for {self._facts.model_id} is closed")
+        return self._context
+
+    @property
+    def template(self) -> chat.ChatTemplate:
+        return self._template
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Ids of `text`; special-token text becomes special tokens (as in transformers)."""
+        llama = self.context.llama
+        return list(llama.tokenize(text.encode("utf-8"), add_bos=add_special_tokens, special=True))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of `token_ids`, special tokens left out; a cut UTF-8 tail shows U+FFFD."""
+        return self._detokenize(token_ids).decode("utf-8", errors="replace")
+
+    def _detokenize(self, token_ids: Sequence[int]) -> bytes:
+        vocab = self.context.vocab  # fails once closed, before the vocabulary is freed
+        count = len(token_ids)
+        if count == 0:
+            return b""
+        check_ids(token_ids, self._facts.vocab_size)
+        ids = (llama_cpp.llama_token * count)(*token_ids)
+        size = 8 * count + 16
+        for _ in range(2):
+            buffer = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_detokenize(vocab, ids, count, buffer, size, False, False)
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n
+        raise RuntimeError("llama_detokenize did not fit its own size")
+
+    def render_chat(self, prompt: ChatPrompt) -> list[int]:
+        return chat.render_chat(self._template, self._tokenize_rendered, prompt)
+
+    def _tokenize_rendered(self, text: str, add_special_tokens: bool) -> list[int]:
+        return self.tokenize(text, add_special_tokens=add_special_tokens)
+
+    def new_rng(self, seed: int | None) -> Rng | None:
+        return new_rng(seed)
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
+    ) -> Generator[Prefilled | Token, None, None]:
+        if rng is not None:
+            raise TypeError("the llama.cpp engine takes no rng (seeds are refused for GGUF)")
+        return decode(self.context, prompt_ids, params)
+
+    def close(self) -> None:
+        """Free the model and its context; a later call that needs them fails."""
+        if self._context is None:
+            return
+        context, self._context = self._context, None
+        context.close()
+        logger.info("closed llama.cpp engine for %s", self._facts.model_id)

@@ -1,0 +1,94 @@
+"""Loading a `LlamaCppEngine` from a GGUF file."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import llama_cpp
+
+from .. import gguf
+from ..base import ModelFacts
+from .chat import ChatTemplate
+from .engine import LlamaCppEngine
+
+logger = logging.getLogger(__name__)
+
+ENGINE_NAME = "llama.cpp"
+UNRECORDED = "unrecorded"
+_METADATA_TOKENS = {
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+}
+
+
+def load_llamacpp_engine(
+    path: Path,
+    *,
+    model_id: str,
+    threads: int = 0,
+    n_ctx: int = 0,
+    owned_by: str = "local",
+) -> LlamaCppEngine:
+    """Load the GGUF file at `path` on llama.cpp (CPU).
+
+    `n_ctx` 0 uses the context length the file was trained with; `threads` 0
+    keeps llama-cpp-python's defaults, else it is the thread count for both
+    prefill and decode. A file that is not GGUF raises `gguf.NotGGUF`, one
+    llama.cpp cannot load raises its `ValueError`.
+    """
+    header = gguf.facts(path)
+    logger.info("loading %s from %s on llama.cpp", model_id, path)
+    llama = llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=n_ctx or header.context_length,
+        n_threads=threads or None,
+        n_threads_batch=threads or None,
+        logits_all=False,
+        verbose=False,
+    )
+    facts = ModelFacts(
+        model_id=model_id,
+        engine=ENGINE_NAME,
+        context_length=int(llama.n_ctx()),
+        vocab_size=int(llama.n_vocab()),
+        dtype=UNRECORDED,  # llama.cpp computes from quantized blocks: no one dtype to name
+        quantization=header.quantization,
+        revision=gguf.fingerprint(path)[:8],
+        owned_by=owned_by,
+        has_chat_template=header.chat_template is not None,
+    )
+    logger.info(
+        "loaded %s (%s@%s, n_ctx %d)",
+        model_id,
+        facts.quantization,
+        facts.revision,
+        facts.context_length,
+    )
+    return LlamaCppEngine(llama, facts, chat_template(llama, header))
+
+
+def chat_template(llama: llama_cpp.Llama, header: gguf.GGUFFacts) -> ChatTemplate:
+    """The file's chat template and the special tokens it may write, as text."""
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    ids = {
+        "bos_token": int(llama_cpp.llama_vocab_bos(vocab)),
+        "eos_token": int(llama_cpp.llama_vocab_eos(vocab)),
+    }
+    for name, key in _METADATA_TOKENS.items():
+        value = header.metadata.get(key)
+        if isinstance(value, int):
+            ids[name] = value
+    n_vocab = int(llama.n_vocab())
+    special = {
+        name: _token_text(vocab, token_id)
+        for name, token_id in ids.items()
+        if 0 <= token_id < n_vocab
+    }
+    bos_id = ids["bos_token"] if "bos_token" in special else None
+    return ChatTemplate(source=header.chat_template, special_tokens=special, bos_token_id=bos_id)
+
+
+def _token_text(vocab: llama_cpp.llama_vocab_p, token_id: int) -> str:
+    raw: bytes = llama_cpp.llama_vocab_get_text(vocab, token_id)
+    return raw.decode("utf-8", errors="replace")

@@ -1,0 +1,98 @@
+"""Picking the next token on llama.cpp: its sampler chain plus our penalty.
+
+The chain holds only what the request asks for, so none of llama.cpp's
+defaults (top_k 40, min_p 0.05, repeat_penalty 1.1 in some front ends)
+alters sampling: `greedy` at temperature 0, else `temp`, then `top_p` (when
+below 1), then `dist`. Temperature comes before top_p, as in the transformers
+engine (`..transformers.sampling`), so both engines cut the same nucleus.
+
+OpenAI's `frequency_penalty` (f) and `presence_penalty` (p) are mapped to the
+same multiplicative repetition penalty as the transformers engine
+(OAI-CHAT-24): a token generated `c >= 1` times in this completion (prompt
+tokens not counted) gets the factor `exp(p + f * ln(1 + c))`; its logit `l`
+becomes `l / factor` when `l > 0`, else `l * factor`. `Penalties` applies it
+in place to the context's logits row before the chain runs, touching only
+the tokens generated so far; it is made only when a penalty is non-zero, so
+the plain path does no per-token work in Python.
+
+Seeds are refused for GGUF models before a request reaches the engine
+(`new_rng` raises if one gets here); unseeded sampling draws from a seed
+llama.cpp picks at random per request.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+from llama_cpp import _internals
+
+from ..base import Rng, SamplingParams
+
+
+def new_rng(seed: int | None) -> Rng | None:
+    """None for no seed; a seed is refused (llama.cpp requests are never seeded)."""
+    if seed is None:
+        return None
+    raise ValueError("seeds are not supported on the llama.cpp engine")
+
+
+def sampler_chain(params: SamplingParams) -> _internals.LlamaSampler:
+    """llama.cpp's sampler chain for `params`: greedy, or temp -> top_p -> dist."""
+    chain = _internals.LlamaSampler()  # type: ignore[no-untyped-call]
+    if params.temperature == 0:
+        chain.add_greedy()  # type: ignore[no-untyped-call]
+        return chain
+    chain.add_temp(params.temperature)
+    if params.top_p < 1:
+        chain.add_top_p(params.top_p, 1)
+    chain.add_dist(llama_cpp.LLAMA_DEFAULT_SEED)
+    return chain
+
+
+def is_no_op_penalty(frequency: float, presence: float) -> bool:
+    """Whether these penalties change nothing (both zero)."""
+    return frequency == 0 and presence == 0
+
+
+def penalty_factors(
+    counts: npt.NDArray[np.float32], frequency: float, presence: float
+) -> npt.NDArray[np.float32]:
+    """The repetition penalty for tokens seen `counts` (>= 1) times."""
+    exponent = np.float32(presence) + np.float32(frequency) * np.log1p(counts)
+    factors: npt.NDArray[np.float32] = np.exp(exponent).astype(np.float32)
+    return factors
+
+
+class Penalties:
+    """The repetition penalty over the tokens generated so far in one completion."""
+
+    def __init__(self, frequency: float, presence: float, n_vocab: int) -> None:
+        self._frequency = frequency
+        self._presence = presence
+        self._n_vocab = n_vocab
+        self._counts: dict[int, int] = {}
+
+    def add(self, token_id: int) -> None:
+        self._counts[token_id] = self._counts.get(token_id, 0) + 1
+
+    def apply(self, logits: npt.NDArray[np.float32]) -> None:
+        """Penalize `logits` (one row over the vocabulary) in place."""
+        if not self._counts:
+            return
+        ids = np.fromiter(self._counts, dtype=np.intp, count=len(self._counts))
+        counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))
+        factors = penalty_factors(counts, self._frequency, self._presence)
+        seen = logits[ids]
+        logits[ids] = np.where(seen > 0, seen / factors, seen * factors)
+
+    def apply_to_context(self, ctx: Any) -> None:
+        """Penalize the last logits row of a llama.cpp context, where the chain reads it."""
+        if not self._counts:
+            return
+        row = llama_cpp.llama_get_logits_ith(ctx, -1)
+        pointer = ctypes.cast(row, ctypes.POINTER(ctypes.c_float))
+        self.apply(np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)))

@@ -1,0 +1,119 @@
+"""The one KV cache the engine keeps between generations (LOC-CHAT-43..48).
+
+The server keeps no conversation, so a chat's next turn resends the whole
+history. The engine keeps the `DynamicCache` of its last generation with the
+exact token ids whose keys and values it holds: the prompt, then every
+generated token that was fed back (the last sampled token never is). A new
+prompt reuses the longest prefix it shares with those ids, at most all but
+its last token (one token must run to give logits); the cache is cropped to
+that length and only the rest is prefilled. A different conversation shares
+only the template's opening and so prefills (nearly) in full; two taking
+turns evict each other, as there is one cache.
+
+Handoff: `take` removes the kept cache, the generation feeds it, and
+`give_back` keeps it again when the generation ends, however it ends (EOS,
+`max_tokens`, the consumer closing the stream, an error between passes).
+A pass that raised may have written some layers and not others: that cache
+is torn and dropped, so the next prompt prefills in full.
+
+Seeds: a seeded request (OAI-SEED-05: same seed, body and model give
+byte-identical text) never reuses. A prefill split into a cached part and a
+rest may differ from a full prefill in the last float bits, which can flip a
+sampled token; so a seeded request prefills in full, reports no cached
+tokens, and its cache is still kept for later unseeded requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
+
+
+@dataclass(slots=True)
+class Held:
+    """A KV cache and the token ids whose keys and values it holds, in order."""
+
+    cache: DynamicCache
+    ids: list[int] = field(default_factory=list)
+    torn: bool = False
+
+    def feed(self, model: PreTrainedModel, ids: list[int], extra: dict[str, Any]) -> torch.Tensor:
+        """Run `ids` through `model` after the cached ones; the logits of the last position.
+
+        If the pass raises, the cache stays marked torn and is never reused.
+        """
+        self.torn = True
+        out = model(
+            input_ids=torch.tensor([ids], dtype=torch.long),
+            cache=self.cache,
+            use_cache=True,
+            **extra,
+        )
+        self.ids.extend(ids)
+        self.torn = False
+        logits: torch.Tensor = out.logits[0, -1]
+        return logits
+
+
+class PrefixCache:
+    """The engine's single kept KV cache, handed to one generation at a time."""
+
+    def __init__(self, config: PreTrainedConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._kept: Held | None = None
+        self._closed = False
+
+    def take(self, prompt_ids: Sequence[int], *, reuse: bool) -> tuple[Held, int]:
+        """A cache holding the longest usable prefix of `prompt_ids`, and its length.
+
+        Without `reuse`, or when nothing is shared, the cache is a fresh one.
+        """
+        with self._lock:
+            kept, self._kept = self._kept, None
+        if kept is not None and reuse:
+            length = _usable_prefix(kept.ids, prompt_ids)
+            if length and _crop(kept, length):
+                return kept, length
+        return Held(DynamicCache(config=self._config)), 0
+
+    def give_back(self, held: Held) -> None:
+        """Keep `held` for the next generation, unless it is torn or the engine closed."""
+        with self._lock:
+            self._kept = None if held.torn or self._closed else held
+
+    def close(self) -> None:
+        """Drop the kept cache; later give-backs are dropped too."""
+        with self._lock:
+            self._closed = True
+            self._kept = None
+
+
+def _usable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many leading ids `cached` and `prompt` share, leaving `prompt`'s last one to run."""
+    limit = min(len(cached), len(prompt) - 1)
+    for i in range(limit):
+        if cached[i] != prompt[i]:
+            return i
+    return max(limit, 0)
+
+
+def _crop(held: Held, length: int) -> bool:
+    """Cut `held` back to its first `length` tokens; False if the cache cannot be cut."""
+    cache = held.cache
+    size = cache.get_seq_length()
+    if size != len(held.ids):
+        return False
+    if length == size:
+        return True
+    if not cache.is_croppable or any(cache.is_sliding):
+        return False
+    with torch.inference_mode():
+        cache.crop(length - size)
+    del held.ids[length:]
+    return True
