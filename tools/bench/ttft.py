@@ -67,8 +67,8 @@ def history(round_: int, turns: int) -> list[dict[str, Any]]:
     return [*messages, {"role": "user", "content": "Summarise all of that."}]
 
 
-def ask(client: httpx.Client, base_url: str, messages: list[dict[str, Any]]) -> Reply:
-    body = common.chat_body(MODEL_ID, messages, TOKENS, stream=True)
+def ask(client: httpx.Client, base_url: str, messages: list[dict[str, Any]], model: str) -> Reply:
+    body = common.chat_body(model, messages, TOKENS, stream=True)
     body["stream_options"] = {"include_usage": True}
     parts: list[str] = []
     ttft: float | None = None
@@ -92,29 +92,31 @@ def ask(client: httpx.Client, base_url: str, messages: list[dict[str, Any]]) -> 
     return Reply(ttft, "".join(parts), usage.get("prompt_tokens", 0), cached)
 
 
-def one_round(client: httpx.Client, base_url: str, round_: int, turns: int) -> dict[str, Reply]:
+def one_round(
+    client: httpx.Client, base_url: str, round_: int, turns: int, model: str
+) -> dict[str, Reply]:
     first = history(round_, turns)
-    cold = ask(client, base_url, first)
+    cold = ask(client, base_url, first, model)
     follow = [
         *first,
         {"role": "assistant", "content": cold.text},
         {"role": "user", "content": "Shorter."},
     ]
-    return {"cold": cold, "2nd turn": ask(client, base_url, follow)}
+    return {"cold": cold, "2nd turn": ask(client, base_url, follow, model)}
 
 
-def measure(rounds: int, turns: int, threads: int | None, work: Path) -> dict[str, list[Reply]]:
+def measure(
+    rounds: int, turns: int, threads: int | None, work: Path, model: str = MODEL_ID
+) -> dict[str, list[Reply]]:
     settings = from_env()
     runs: dict[str, list[Reply]] = {"cold": [], "2nd turn": []}
     with (
-        common.served(
-            work / "data", settings.cache_dir, threads, ["--model", MODEL_ID]
-        ) as base_url,
+        common.served(work / "data", settings.cache_dir, threads, ["--model", model]) as base_url,
         httpx.Client(timeout=600.0) as client,
     ):
-        one_round(client, base_url, 0, turns)  # warm-up, not counted
+        one_round(client, base_url, 0, turns, model)  # warm-up, not counted
         for i in range(1, rounds + 1):
-            for name, reply in one_round(client, base_url, i, turns).items():
+            for name, reply in one_round(client, base_url, i, turns, model).items():
                 runs[name].append(reply)
                 log.info("round %d %-8s TTFT %7.1f ms", i, name, reply.ttft * 1000)
     return runs
@@ -143,11 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--turns", type=int, default=5, help="user/assistant pairs (~200 tokens)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the server")
+    parser.add_argument(
+        "--model",
+        default=MODEL_ID,
+        help=f"model id (default {MODEL_ID}; the GGUF is {MODEL_ID}:Q4_1)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="miserver-bench-") as work:
-        runs = measure(args.rounds, args.turns, args.threads, Path(work))
+        runs = measure(args.rounds, args.turns, args.threads, Path(work), args.model)
     threads = args.threads or "the server's default"
     sys.stdout.write(
         f"torch {torch.__version__}, threads: {threads}, {os.cpu_count()} CPUs, "
