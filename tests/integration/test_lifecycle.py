@@ -61,6 +61,8 @@ def models_dir(tmp_path: Path, gguf_path: Path) -> Path:
     (huge / "model.safetensors").unlink()
     with (huge / "model.safetensors").open("wb") as handle:
         handle.truncate(64 << 30)  # a sparse 64 GiB weight file
+    with gguf_path.open("rb") as source:  # a valid header, the weights cut off
+        (models / "Cut.Q4_1.gguf").write_bytes(source.read(4 << 20))
     broken = hf_clone(folder, models / "smol-broken")
     (broken / "model.safetensors").unlink()
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
@@ -159,7 +161,11 @@ def test_refusals_that_keep_the_resident_model(tmp_path: Path, models_dir: Path)
 def test_a_failed_load_is_a_500_and_the_next_request_recovers(
     tmp_path: Path, models_dir: Path
 ) -> None:
-    """OAI-ERR-22, OAI-ERR-32, OAI-MODELS-04: model_load_failed after the unload; FAILED hidden."""
+    """OAI-ERR-22, OAI-ERR-32, OAI-MODELS-04, OAI-GGUF-01: model_load_failed; FAILED hidden.
+
+    A corrupt HF folder and a cut-off GGUF in the models dir both fail after the
+    unload; the next request (GGUF on llama.cpp, then transformers) loads fine.
+    """
     settings = Settings(
         data_dir=tmp_path / "d", cache_dir=cache_dir(), model=MODEL_ID, models_dir=models_dir
     )
@@ -172,9 +178,15 @@ def test_a_failed_load_is_a_500_and_the_next_request_recovers(
         assert resident(server) is None
         ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
         assert "smol-broken" not in ids
+        cut = client.post("/v1/chat/completions", json=chat("Cut:Q4_1"))
+        assert cut.status_code == 500 and cut.json()["error"]["code"] == "model_load_failed"
+        gguf_reply = client.post("/v1/chat/completions", json=chat(GGUF_ID))
+        assert gguf_reply.status_code == 200, gguf_reply.text
+        assert gguf_reply.json()["system_fingerprint"].endswith(":llama.cpp")
         assert client.post("/v1/chat/completions", json=chat(MODEL_ID)).status_code == 200
         states = {m["id"]: m["state"] for m in client.get("/v1/models").json()["data"]}
         assert states[MODEL_ID] == "LOADED" and states["smol-hf"] == "READY"
+        assert states[GGUF_ID] == "READY" and "Cut:Q4_1" not in states
 
 
 async def _switch_scenario(server: Server, grace_halts: bool) -> dict[str, httpx.Response]:

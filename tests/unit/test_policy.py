@@ -81,6 +81,28 @@ def test_free_form_objects_are_not_walked() -> None:
     assert review("chat", body, "transformers", CAPS) == []
 
 
+def test_tool_history_is_reported_on_gguf() -> None:
+    """OAI-VALID-02: tool calls in the history are reported where tools are not honoured."""
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+        ],
+    }
+    assert review("chat", body, "gguf", frozenset({"generate", "chat"})) == [
+        "messages[1].tool_calls",
+        "messages[2].tool_call_id",
+    ]
+
+
 def test_chat_template_kwargs_is_reported_on_gguf() -> None:
     """OAI-VALID-14, OAI-GGUF-11: llama.cpp takes no template variables."""
     body = {"model": "m", "messages": USER, "chat_template_kwargs": {"enable_thinking": False}}
