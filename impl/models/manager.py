@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..engines.base import Engine
+from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
+from ..engines.llamacpp import load_llamacpp_engine
+from ..engines.transformers import load_transformers_engine
+from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
 from ..http.errors import ApiError
 from ..settings import Settings
 from .memory import available_mib, needed_mib
@@ -38,8 +42,6 @@ SUPPORTED_HF_QUANTIZATION: frozenset[str | None] = frozenset({None})
 
 
 def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
-    from ..engines.transformers import load_transformers_engine
-
     return load_transformers_engine(
         entry.path,
         model_id=entry.model_id,
@@ -50,8 +52,6 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
 
 
 def _load_gguf(entry: ModelEntry, settings: Settings) -> Engine:
-    from ..engines.llamacpp import load_llamacpp_engine
-
     return load_llamacpp_engine(
         entry.path,
         model_id=entry.model_id,
@@ -67,8 +67,8 @@ class EngineKind:
 
 
 ENGINES: dict[str, EngineKind] = {
-    TRANSFORMERS: EngineKind(_load_transformers, frozenset({"generate", "chat", "seed"})),
-    GGUF: EngineKind(_load_gguf, frozenset({"generate", "chat"})),
+    TRANSFORMERS: EngineKind(_load_transformers, TRANSFORMERS_CAPABILITIES),
+    GGUF: EngineKind(_load_gguf, LLAMACPP_CAPABILITIES),
 }
 
 
