@@ -92,11 +92,12 @@ class Settings:
         "--memory-budget-mb",
         "Memory a model may take, in MiB; 0 uses the host's available memory.",
     )
-    torch_threads: int = _knob(
+    threads: int = _knob(
         0,
-        "MISERVER_TORCH_THREADS",
-        "--torch-threads",
-        "Threads torch uses for a forward pass; 0 keeps torch's default (one per core).",
+        "MISERVER_THREADS",
+        "--threads",
+        "Threads for forward passes (torch on transformers, llama.cpp on GGUF); "
+        "0 keeps the library's default.",
     )
     log_level: str = _knob("info", "MISERVER_LOG_LEVEL", "--log-level", "Logging level.")
 

@@ -46,7 +46,7 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
         entry.path,
         model_id=entry.model_id,
         cache_dir=settings.cache_dir,
-        threads=settings.torch_threads,
+        threads=settings.threads,
         owned_by=entry.owned_by,
     )
 
@@ -55,7 +55,7 @@ def _load_gguf(entry: ModelEntry, settings: Settings) -> Engine:
     return load_llamacpp_engine(
         entry.path,
         model_id=entry.model_id,
-        threads=settings.torch_threads,
+        threads=settings.threads,
         owned_by=entry.owned_by,
     )
 

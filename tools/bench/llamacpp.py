@@ -153,7 +153,7 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     llama = llama_cpp.Llama(
         model_path=str(path), n_ctx=n_ctx, verbose=False, logits_all=False, **_threads(threads)
     )
-    extra = [] if threads is None else ["--torch-threads", str(threads)]
+    extra = [] if threads is None else ["--threads", str(threads)]
     with (
         common.served(work / "data", settings.cache_dir, threads, extra) as base_url,
         llama_server(path, n_ctx, threads) as llama_url,
