@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from connexion import AsyncApp
 from connexion.exceptions import ProblemException
@@ -183,10 +182,3 @@ class Server:
                 self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-def create_app(settings: Settings | None = None, **kwargs: Any) -> Server:
-    """The server for `settings` (default: from the environment)."""
-    from .settings import from_env
-
-    return Server(settings or from_env(), **kwargs)

@@ -116,9 +116,6 @@ class ModelRegistry:
                     found.setdefault(entry.model_id, entry)
         return list(found.values())
 
-    def get(self, model_id: str) -> ModelEntry | None:
-        return next((e for e in self.entries() if e.model_id == model_id), None)
-
     def resolve(self, model_id: str) -> ModelEntry:
         """The entry for an id; a bare GGUF repository or an unknown name is refused."""
         entries = self.entries()
