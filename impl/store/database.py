@@ -1,0 +1,67 @@
+"""The server's SQLite database (DECISIONS: stdlib sqlite3, WAL mode, in the data dir).
+
+One connection per database, shared by threads under a lock; schema changes
+are numbered migrations applied once, in order, recorded in `user_version`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+MIGRATIONS: Sequence[str] = (
+    """
+    CREATE TABLE profiles (
+        name        TEXT PRIMARY KEY,
+        sae_id      TEXT NOT NULL,
+        layer       INTEGER NOT NULL,
+        features    TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        created     REAL NOT NULL,
+        updated     REAL NOT NULL
+    );
+    CREATE TABLE settings_kv (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
+)
+
+
+class Database:
+    """A migrated SQLite file; `transaction()` is the only way to touch it."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._connection.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self.transaction() as db:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version={number}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """The connection inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on any error)."""
+        with self._lock:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._connection
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()

@@ -1,0 +1,137 @@
+"""Steering profiles, persisted: a named feature set for one SAE at one layer.
+
+The active profile (the one steering every request that names none) is
+stored too, so both survive a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .database import Database
+
+ACTIVE_KEY = "active_profile"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be stored as given (the message names the problem)."""
+
+
+class ProfileNotFound(KeyError):
+    """No profile has this name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    sae_id: str
+    layer: int
+    features: tuple[tuple[int, float], ...]
+    description: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+
+    def strengths(self) -> dict[int, float]:
+        return dict(self.features)
+
+
+def _features(
+    raw: Sequence[Mapping[str, object]] | Sequence[tuple[int, float]],
+) -> tuple[tuple[int, float], ...]:
+    pairs: list[tuple[int, float]] = []
+    for item in raw:
+        index, strength = (item["index"], item["strength"]) if isinstance(item, Mapping) else item
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ProfileError(f"feature index {index!r} is not a non-negative integer")
+        if isinstance(strength, bool) or not isinstance(strength, int | float):
+            raise ProfileError(f"strength {strength!r} of feature {index} is not a number")
+        if not math.isfinite(float(strength)):
+            raise ProfileError(f"strength of feature {index} is not finite")
+        pairs.append((index, float(strength)))
+    indices = [i for i, _ in pairs]
+    if len(set(indices)) != len(indices):
+        duplicate = next(i for i in indices if indices.count(i) > 1)
+        raise ProfileError(f"feature {duplicate} is listed twice")
+    return tuple(sorted(pairs))
+
+
+class ProfileStore:
+    def __init__(self, database: Database) -> None:
+        self._db = database
+
+    def save(
+        self,
+        name: str,
+        sae_id: str,
+        layer: int,
+        features: Sequence[Mapping[str, object]] | Sequence[tuple[int, float]],
+        description: str = "",
+    ) -> Profile:
+        """Create or replace the profile `name`."""
+        if not name:
+            raise ProfileError("a profile needs a name")
+        pairs = _features(features)
+        now = time.time()
+        with self._db.transaction() as db:
+            row = db.execute("SELECT created FROM profiles WHERE name = ?", (name,)).fetchone()
+            created = float(row[0]) if row else now
+            db.execute(
+                "INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, sae_id, layer, json.dumps(pairs), description, created, now),
+            )
+        return Profile(name, sae_id, layer, pairs, description, created, now)
+
+    def get(self, name: str) -> Profile:
+        with self._db.transaction() as db:
+            row = db.execute("SELECT * FROM profiles WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise ProfileNotFound(name)
+        return _profile(row)
+
+    def list(self) -> list[Profile]:
+        with self._db.transaction() as db:
+            rows = db.execute("SELECT * FROM profiles ORDER BY name").fetchall()
+        return [_profile(row) for row in rows]
+
+    def delete(self, name: str) -> None:
+        """Remove a profile (and clear it as the active one)."""
+        with self._db.transaction() as db:
+            if db.execute("DELETE FROM profiles WHERE name = ?", (name,)).rowcount == 0:
+                raise ProfileNotFound(name)
+            db.execute("DELETE FROM settings_kv WHERE key = ? AND value = ?", (ACTIVE_KEY, name))
+
+    def activate(self, name: str | None) -> None:
+        """Make `name` the active profile (None: no active profile)."""
+        with self._db.transaction() as db:
+            if name is None:
+                db.execute("DELETE FROM settings_kv WHERE key = ?", (ACTIVE_KEY,))
+                return
+            if db.execute("SELECT 1 FROM profiles WHERE name = ?", (name,)).fetchone() is None:
+                raise ProfileNotFound(name)
+            db.execute("INSERT OR REPLACE INTO settings_kv VALUES (?, ?)", (ACTIVE_KEY, name))
+
+    def active(self) -> Profile | None:
+        with self._db.transaction() as db:
+            row = db.execute(
+                "SELECT p.* FROM profiles p JOIN settings_kv s ON s.value = p.name WHERE s.key = ?",
+                (ACTIVE_KEY,),
+            ).fetchone()
+        return _profile(row) if row else None
+
+
+def _profile(row: Sequence[object]) -> Profile:
+    name, sae_id, layer, features, description, created, updated = row
+    pairs = tuple((int(i), float(s)) for i, s in json.loads(str(features)))
+    return Profile(
+        str(name),
+        str(sae_id),
+        int(str(layer)),
+        pairs,
+        str(description),
+        float(str(created)),
+        float(str(updated)),
+    )
