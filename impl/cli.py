@@ -1,8 +1,9 @@
-"""`miserver serve ...`: the command line."""
+"""`miserver serve ...` and `miserver steering-hash ...`: the command line."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,19 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="serve the /v1 API (default model: SmolLM2-135M-Instruct)"
     )
     settings_mod.add_flags(serve)
+    hashing = commands.add_parser(
+        "steering-hash",
+        help="print the steering-set hash of an SAE ID and features (as in X-miLLM-Steering)",
+    )
+    hashing.add_argument("--sae-id", required=True, help="the SAE ID the features apply to")
+    hashing.add_argument(
+        "--features",
+        required=True,
+        help='JSON list of {"index": int, "strength": number} or [index, strength] pairs',
+    )
+    hashing.add_argument(
+        "--canonical", action="store_true", help="print the canonical form instead of the hash"
+    )
     return parser
 
 
@@ -44,9 +58,33 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def steering_hash(args: argparse.Namespace) -> int:
+    from .steering import canonical_form, steering_set_hash
+
+    try:
+        raw = json.loads(args.features)
+    except ValueError as exc:
+        sys.stderr.write(f"miserver steering-hash: --features is not valid JSON: {exc}\n")
+        return 2
+    try:
+        if not isinstance(raw, list):
+            raise TypeError(f"--features must be a JSON list, not {type(raw).__name__}")
+        features = [tuple(f) if isinstance(f, list) else f for f in raw]
+        text = (
+            canonical_form(args.sae_id, features)
+            if args.canonical
+            else steering_set_hash(args.sae_id, features) + "\n"
+        )
+    except (ValueError, TypeError) as exc:
+        sys.stderr.write(f"miserver steering-hash: invalid steering set: {exc}\n")
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    commands = {"serve": serve}
+    commands = {"serve": serve, "steering-hash": steering_hash}
     sys.exit(commands[args.command](args))
 
 
