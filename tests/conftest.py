@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
+from miserver.steering.sae import SAE, load_sae
+from tools import sae_train
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 
@@ -52,3 +56,24 @@ def client(model_server: Server) -> Iterator[TestClient]:
 @pytest.fixture(scope="session")
 def gguf_path() -> Path:
     return embedded_default()
+
+
+@pytest.fixture(scope="session")
+def trained_sae() -> SAE:
+    """The default-config SAE, trained once into `<cache>/saes/<name>` and reused after."""
+    config = sae_train.TrainConfig()
+    saes = sae_train.cache_dir() / "saes"
+    folder = saes / config.name()
+    if not (folder / "sae_weights.safetensors").is_file():
+        saes.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".training-", dir=saes))
+        try:
+            sae_train.build(staging, config)
+            staging.chmod(0o755)
+            staging.rename(folder)
+        except OSError:
+            if not folder.is_dir():  # not another session's finished copy: a real failure
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return load_sae(folder)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,27 +23,6 @@ FRESH = (
     "then call add(2, 3). Many people believe that a good breakfast, a short walk and a quiet "
     "hour without a phone make the day better."
 )
-
-
-@pytest.fixture(scope="session")
-def trained_sae() -> SAE:
-    """The default-config SAE, trained once into `<cache>/saes/<name>` and reused after."""
-    config = sae_train.TrainConfig()
-    saes = sae_train.cache_dir() / "saes"
-    folder = saes / config.name()
-    if not (folder / "sae_weights.safetensors").is_file():
-        saes.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".training-", dir=saes))
-        try:
-            sae_train.build(staging, config)
-            staging.chmod(0o755)
-            staging.rename(folder)
-        except OSError:
-            if not folder.is_dir():  # not another session's finished copy: a real failure
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return load_sae(folder)
 
 
 @pytest.fixture(scope="module")

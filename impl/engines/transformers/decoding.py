@@ -10,7 +10,7 @@ mode never leaks into the caller between yields.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,7 @@ def decode(
     prompt_ids: Sequence[int],
     params: SamplingParams,
     rng: torch.Generator | None,
+    key: Hashable = (),
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield up to `params.max_tokens` tokens; stop after an EOS.
 
@@ -78,7 +79,7 @@ def decode(
     penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
     counts = _Counts()
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
-    held, cached = prefix.take(prompt_ids, reuse=rng is None)
+    held, cached = prefix.take(prompt_ids, reuse=rng is None, key=key)
     try:
         pending = list(prompt_ids[cached:])
         for step in range(budget):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import cast
 
 import torch
@@ -15,6 +16,7 @@ from . import chat
 from .decoding import DecodeSettings, decode, decode_settings
 from .prefix import PrefixCache
 from .sampling import new_rng
+from .steering import LayerSteering, steered
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ class TransformersEngine:
         self._facts = facts
         self._settings: DecodeSettings = decode_settings(model, eos_ids)
         self._prefix = PrefixCache(model.config)
+        self._steering_key: Hashable = ()
 
     @property
     def facts(self) -> ModelFacts:
@@ -80,7 +83,20 @@ class TransformersEngine:
     ) -> Generator[Prefilled | Token, None, None]:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
-        return decode(self.model, self._settings, self._prefix, prompt_ids, params, rng)
+        return decode(
+            self.model, self._settings, self._prefix, prompt_ids, params, rng, self._steering_key
+        )
+
+    @contextmanager
+    def steered(self, steering: Sequence[LayerSteering]) -> Iterator[None]:
+        """Generations started inside the block are steered; the KV prefix is kept per state."""
+        key = tuple(sorted((s.layer, tuple(sorted(s.applied.items()))) for s in steering))
+        previous, self._steering_key = self._steering_key, key
+        try:
+            with steered(self.model, steering):
+                yield
+        finally:
+            self._steering_key = previous
 
     def close(self) -> None:
         """Drop the model and the kept KV cache; a later call that needs the model fails."""

@@ -26,7 +26,7 @@ tokens, and its cache is still kept for later unseeded requests.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ class Held:
     cache: DynamicCache
     ids: list[int] = field(default_factory=list)
     torn: bool = False
+    key: Hashable = ()
 
     def feed(self, model: PreTrainedModel, ids: list[int], extra: dict[str, Any]) -> torch.Tensor:
         """Run `ids` through `model` after the cached ones; the logits of the last position.
@@ -69,18 +70,22 @@ class PrefixCache:
         self._kept: Held | None = None
         self._closed = False
 
-    def take(self, prompt_ids: Sequence[int], *, reuse: bool) -> tuple[Held, int]:
+    def take(
+        self, prompt_ids: Sequence[int], *, reuse: bool, key: Hashable = ()
+    ) -> tuple[Held, int]:
         """A cache holding the longest usable prefix of `prompt_ids`, and its length.
 
-        Without `reuse`, or when nothing is shared, the cache is a fresh one.
+        Without `reuse`, when nothing is shared, or when the kept cache was filled
+        under another `key` (a different steering state: other K/V), the cache is
+        a fresh one.
         """
         with self._lock:
             kept, self._kept = self._kept, None
-        if kept is not None and reuse:
+        if kept is not None and reuse and kept.key == key:
             length = _usable_prefix(kept.ids, prompt_ids)
             if length and _crop(kept, length):
                 return kept, length
-        return Held(DynamicCache(config=self._config)), 0
+        return Held(DynamicCache(config=self._config), key=key), 0
 
     def give_back(self, held: Held) -> None:
         """Keep `held` for the next generation, unless it is torn or the engine closed."""
