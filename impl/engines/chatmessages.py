@@ -11,7 +11,7 @@ split off as a partial answer to continue (OAI-CONT-01..03).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .base import PromptError
@@ -87,6 +87,23 @@ def split_partial(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str,
             "it needs at least one message before it"
         )
     return normalized, partial
+
+
+def tokenize_with_one_bos(
+    text: str,
+    bos_token: str | None,
+    bos_token_id: int | None,
+    tokenize: Callable[[str, bool], list[int]],
+) -> list[int]:
+    """Ids of a rendered chat with exactly the BOS the template wrote, or the tokenizer's.
+
+    `tokenize(text, add_special_tokens)` is the engine's tokenizer. A render that
+    already begins with the BOS text gets no special tokens (OAI-TOKIDS-02);
+    otherwise the tokenizer adds what it normally adds (OAI-TOKIDS-03/04); never
+    two BOS (OAI-TOKIDS-05).
+    """
+    template_wrote_bos = bool(bos_token) and text.startswith(bos_token or "")
+    return without_double_bos(tokenize(text, not template_wrote_bos), bos_token_id)
 
 
 def without_double_bos(ids: Sequence[int], bos_id: int | None) -> list[int]:

@@ -29,7 +29,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
 from ..base import ChatPrompt, PromptError
-from ..chatmessages import FALLBACK_TEMPLATE, split_partial, template_variables, without_double_bos
+from ..chatmessages import (
+    FALLBACK_TEMPLATE,
+    split_partial,
+    template_variables,
+    tokenize_with_one_bos,
+)
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
@@ -138,10 +143,7 @@ def render_text(template: ChatTemplate, prompt: ChatPrompt) -> str:
 
 def tokenize_rendered(template: ChatTemplate, tokenize: Tokenize, text: str) -> list[int]:
     """Ids of a rendered chat, with exactly the BOS the template wrote or none."""
-    bos = template.bos_token
-    template_wrote_bos = bool(bos) and text.startswith(bos or "")
-    ids = tokenize(text, not template_wrote_bos)
-    return without_double_bos(ids, template.bos_token_id)
+    return tokenize_with_one_bos(text, template.bos_token, template.bos_token_id, tokenize)
 
 
 def render_chat(template: ChatTemplate, tokenize: Tokenize, prompt: ChatPrompt) -> list[int]:

@@ -23,7 +23,7 @@ from ..chatmessages import (
     normalize_message,
     split_partial,
     template_variables,
-    without_double_bos,
+    tokenize_with_one_bos,
 )
 
 __all__ = [
@@ -58,10 +58,13 @@ def render_text(tokenizer: PreTrainedTokenizerBase, prompt: ChatPrompt) -> str:
 
 def tokenize_rendered(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Ids of a rendered chat, with exactly the BOS the template wrote or none."""
-    bos = tokenizer.bos_token
-    template_wrote_bos = isinstance(bos, str) and bool(bos) and text.startswith(bos)
-    ids: list[int] = tokenizer.encode(text, add_special_tokens=not template_wrote_bos)
-    return without_double_bos(ids, tokenizer.bos_token_id)
+    bos = tokenizer.bos_token if isinstance(tokenizer.bos_token, str) else None
+
+    def encode(body: str, special: bool) -> list[int]:
+        ids: list[int] = tokenizer.encode(body, add_special_tokens=special)
+        return ids
+
+    return tokenize_with_one_bos(text, bos, tokenizer.bos_token_id, encode)
 
 
 def render_chat(tokenizer: PreTrainedTokenizerBase, prompt: ChatPrompt) -> list[int]:
