@@ -27,6 +27,12 @@ from .models.registry import ModelRegistry, embedded_default
 from .serving.scheduler import Scheduler
 from .serving.service import CompletionService
 from .settings import Settings
+from .steering.admin import SteeringAdmin
+from .steering.dial import Bounds
+from .steering.live import LiveSteering
+from .steering.sae import SAERegistry
+from .store.database import Database
+from .store.profiles import ProfileStore
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,8 @@ class ServerState:
     manager: ModelManager
     scheduler: Scheduler
     completions: CompletionService
+    steering: LiveSteering
+    admin: SteeringAdmin
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -112,15 +120,16 @@ def build_connexion() -> AsyncApp:
     app = AsyncApp(
         __name__, specification_dir=spec_dir, swagger_ui_options=SwaggerUIOptions(swagger_ui=False)
     )
-    app.add_api(
-        "v1.yaml",
-        validator_map={
-            "body": {"application/json": OpenAIBodyValidator},
-            "parameter": OpenAIParameterValidator,
-        },
-        strict_validation=False,
-        validate_responses=False,
-    )
+    for document in ("v1.yaml", "api.yaml"):
+        app.add_api(
+            document,
+            validator_map={
+                "body": {"application/json": OpenAIBodyValidator},
+                "parameter": OpenAIParameterValidator,
+            },
+            strict_validation=False,
+            validate_responses=False,
+        )
     app.add_error_handler(ApiError, _api_error)
     app.add_error_handler(ProblemException, _http_error)
     app.add_error_handler(HTTPException, _http_error)
@@ -138,8 +147,14 @@ class Server:
         registry, self._launch_id = _registry(settings)
         manager = ModelManager(registry, settings, self._executor)
         scheduler = Scheduler(settings.queue_max_waiting, settings.queue_retry_after)
-        service = CompletionService(settings, manager, scheduler, self._executor)
-        self.state = ServerState(settings, manager, scheduler, service)
+        self._db = Database(settings.database_path)
+        bounds = Bounds.configured(settings.cluster_intensity_min, settings.cluster_intensity_max)
+        live = LiveSteering(
+            SAERegistry(settings.resolved_saes_dir), ProfileStore(self._db), self._db, bounds
+        )
+        service = CompletionService(settings, manager, scheduler, self._executor, live)
+        admin = SteeringAdmin(live, manager)
+        self.state = ServerState(settings, manager, scheduler, service, live, admin)
         self._app = build_connexion()
 
     def launch_model_id(self) -> str | None:
@@ -159,6 +174,7 @@ class Server:
     def shutdown(self) -> None:
         self.state.manager.close()
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._db.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

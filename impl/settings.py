@@ -50,6 +50,26 @@ class Settings:
         "--cache-dir",
         "Where derived files live: GGUF models converted once to HF folders.",
     )
+    saes_dir: Path | None = _knob(
+        None,
+        "MISERVER_SAES_DIR",
+        "--saes-dir",
+        "Directory of SAEs (SAELens layout, one folder each) that /api/saes lists. "
+        "Default: DATA_DIR/saes.",
+    )
+    cluster_intensity_min: float = _knob(
+        0.5,
+        "CLUSTER_INTENSITY_MIN",
+        None,
+        'The dial\'s "min" for a profile that declares no intensity_range (OAI-DIAL-09).',
+    )
+    cluster_intensity_max: float = _knob(
+        2.0,
+        "CLUSTER_INTENSITY_MAX",
+        None,
+        'The dial\'s "max" and cap for a profile that declares no intensity_range '
+        "(OAI-DIAL-07); within [0, 2].",
+    )
     queue_max_waiting: int = _knob(
         16,
         "QUEUE_MAX_WAITING",
@@ -104,6 +124,14 @@ class Settings:
     @property
     def resolved_models_dir(self) -> Path:
         return self.models_dir if self.models_dir is not None else self.data_dir / "models"
+
+    @property
+    def resolved_saes_dir(self) -> Path:
+        return self.saes_dir if self.saes_dir is not None else self.data_dir / "saes"
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "miserver.sqlite3"
 
 
 def documented() -> list[tuple[str, str, str | None, str]]:

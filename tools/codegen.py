@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECS = {"v1": ROOT / "spec" / "openapi" / "v1.yaml"}
+SPECS = {name: ROOT / "spec" / "openapi" / f"{name}.yaml" for name in ("v1", "api")}
 OUT = ROOT / "generated"
 HEADER = '"""Pydantic models generated from spec/ by tools/codegen. Never edit by hand."""\n'
 OPTIONS = [

@@ -6,7 +6,8 @@ is a plain value from this module, so the serving layer is engine-agnostic.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +25,8 @@ class ModelFacts:
     revision: str
     owned_by: str
     has_chat_template: bool
+    d_model: int = 0
+    n_layers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,26 @@ class Rng(Protocol):
     """An opaque per-request random source made by `Engine.new_rng`."""
 
 
+class SteeringSource(Protocol):
+    """What steering hooks read at every forward pass (see miserver.steering.source)."""
+
+    def layers(self) -> frozenset[int]:
+        """The layers to hook."""
+        ...
+
+    def vector(self, layer: int) -> Any:
+        """The vector (a tensor) to add at `layer` in this pass; None adds nothing."""
+        ...
+
+    def key(self) -> Hashable:
+        """The state now served (KV computed under another state is never reused)."""
+        ...
+
+    def mixed(self) -> bool:
+        """Whether the hooks have served more than one state since the source was made."""
+        ...
+
+
 class Engine(Protocol):
     """A loaded model that can tokenize, render chats and generate."""
 
@@ -104,6 +127,13 @@ class Engine(Protocol):
 
         Blocking: callers run it in a worker thread. Closing the iterator
         stops generation before the next forward pass; the engine keeps or frees its KV cache.
+        """
+        ...
+
+    def steered(self, source: SteeringSource) -> AbstractContextManager[None]:
+        """Generations started inside the block run under `source`'s steering.
+
+        Only engines with the `steering` capability take a source with layers.
         """
         ...
 

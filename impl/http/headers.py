@@ -11,6 +11,7 @@ IGNORED = "X-miLLM-Ignored-Fields"
 MODEL = "X-miLLM-Model"
 SEED = "X-miLLM-Seed"
 STEERING = "X-miLLM-Steering"
+STEERING_INTENSITY = "X-miLLM-Steering-Intensity"
 
 _STRICT_VALUES = {"true": True, "1": True, "false": False, "0": False}
 

@@ -13,9 +13,10 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
-from ..engines.base import Engine, Prefilled, Rng, SamplingParams
+from ..engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
 from .detokenizer import Detokenizer
 from .stops import StopMatcher
 
@@ -51,12 +52,29 @@ class ChoiceJob:
     stops: Sequence[str]
     rng: Rng | None
     halt: threading.Event | None = None
+    steering: SteeringSource | None = None
+
+
+def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
+    return nullcontext() if job.steering is None else engine.steered(job.steering)
 
 
 def run_choice(
     engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
 ) -> None:
-    """Blocking: generate one choice, emitting deltas then exactly one end event."""
+    """Blocking: generate one choice under the job's steering (hooks gone when it returns)."""
+    try:
+        with _steered(engine, job):
+            _generate(engine, job, cancel, emit)
+    except Exception as exc:  # entering or leaving the hooks failed: the engine's fault
+        log.exception("steering hooks failed")
+        emit(ChoiceFailed(exc))
+
+
+def _generate(
+    engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
+) -> None:
+    """Generate one choice, emitting deltas then exactly one end event."""
     detok = Detokenizer(engine.decode)
     stopper = StopMatcher(job.stops)
     count, cached, reason = 0, 0, "length"

@@ -3,12 +3,14 @@ the schema cannot say (OAI-CHAT-10, OAI-CHAT-12)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ..engines.base import ChatPrompt
 from ..generated import v1
 from ..http.errors import ApiError, InvalidParameter
+from ..steering.request import InlineSet, SteeringAsk
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class GenerationRequest:
     presence_penalty: float
     stops: tuple[str, ...]
     seed: int | None
+    steering: SteeringAsk = field(default_factory=SteeringAsk)
 
 
 def _value(raw: Any) -> Any:
@@ -61,6 +64,18 @@ def _stops(raw: Any) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
+def _steering(req: Request) -> SteeringAsk:
+    """The request's `profile`, `steering_intensity` and inline `steering` (OAI-PROF/DIAL/INL)."""
+    inline = None
+    if req.steering is not None:
+        features = tuple((f.index, f.strength) for f in req.steering.features)
+        inline = InlineSet(req.steering.sae_id, features)
+    intensity = _value(req.steering_intensity)
+    if isinstance(intensity, float) and not math.isfinite(intensity):
+        raise InvalidParameter("steering_intensity", "steering_intensity must be a finite number.")
+    return SteeringAsk(req.profile, intensity, inline)
+
+
 def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> GenerationRequest:
     stream = bool(req.stream)
     n = req.n or 1
@@ -80,6 +95,7 @@ def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> Generat
         presence_penalty=_or(req.presence_penalty, 0.0),
         stops=_stops(req.stop),
         seed=req.seed,
+        steering=_steering(req),
     )
 
 

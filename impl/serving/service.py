@@ -23,6 +23,9 @@ from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..settings import Settings
+from ..steering.live import LiveSteering
+from ..steering.request import Resolution, resolve
+from ..steering.source import RequestSource
 from . import shapes
 from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
 from .policy import review
@@ -59,6 +62,11 @@ class Plan:
     entry: ModelEntry
     prompt_ids: list[list[int]] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
+    steering: RequestSource | None = None
+
+    def steering_header(self) -> str:
+        """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02)."""
+        return "none" if self.steering is None else self.steering.header()
 
 
 def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:
@@ -102,9 +110,15 @@ class Tally:
 
 class CompletionService:
     def __init__(
-        self, settings: Settings, manager: ModelManager, scheduler: Scheduler, executor: Executor
+        self,
+        settings: Settings,
+        manager: ModelManager,
+        scheduler: Scheduler,
+        executor: Executor,
+        live: LiveSteering,
     ) -> None:
         self._settings = settings
+        self._live = live
         self._manager = manager
         self._scheduler = scheduler
         self._executor = executor
@@ -125,11 +139,29 @@ class CompletionService:
             headers[hdr.IGNORED] = value or ""
         if req.seed is not None:
             headers[hdr.SEED] = hdr.seed(req.seed, "request")
+        echo = self._steering(req, entry).echo
+        if req.steering.intensity is not None and echo is not None:
+            headers[hdr.STEERING_INTENSITY] = repr(float(echo))
         self._manager.refuse_if_busy()
         plan = Plan(without_unused(req, ignored), entry)
         if req.stream:
             return await self._stream(plan, headers)
         return await self._reply(plan, headers)
+
+    # -- steering ----------------------------------------------------------------
+
+    def _steering(self, req: GenerationRequest, entry: ModelEntry) -> Resolution:
+        """The request's steering against the live state; its refusals come before any load."""
+        if "steering" not in self._manager.capabilities(entry):
+            return Resolution(None)  # the policy refused the steering fields already
+        resident = self._manager.engine_if_resident(entry) is not None
+        return resolve(req.steering, self._live, entry.model_id, resident)
+
+    def _start_steering(self, plan: Plan, engine: Engine) -> None:
+        """Resolve again now that the slot is held: the state may have moved while queued."""
+        if "steering" in engine.capabilities:
+            resolved = resolve(plan.request.steering, self._live, plan.entry.model_id, True)
+            plan.steering = RequestSource(self._live, plan.entry.model_id, resolved.override)
 
     # -- prompt ----------------------------------------------------------------
 
@@ -181,7 +213,7 @@ class CompletionService:
         params = SamplingParams(
             plan.budgets[i], r.temperature, r.top_p, r.frequency_penalty, r.presence_penalty
         )
-        return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng, halt)
+        return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng, halt, plan.steering)
 
     # -- non-streamed ------------------------------------------------------------
 
@@ -214,12 +246,13 @@ class CompletionService:
         ticket, engine = await self._slot_with_model(plan.entry)
         try:
             await self._prepare(plan, engine)
+            self._start_steering(plan, engine)
             choices, tally = await self._generate_all(plan, engine, ticket.halt)
         finally:
             self._scheduler.leave(ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
-        return Reply(body, {**headers, hdr.STEERING: "none"})
+        return Reply(body, {**headers, hdr.STEERING: plan.steering_header()})
 
     async def _generate_all(
         self, plan: Plan, engine: Engine, halt: threading.Event
@@ -273,6 +306,7 @@ class CompletionService:
             while not await self._scheduler.wait(ticket, self._settings.queue_heartbeat):
                 yield Comment("waiting for a turn")
             engine = await self._manager.ensure(plan.entry)
+            self._start_steering(plan, engine)
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
             tally = Tally()
             for i in range(len(plan.request.prompts)):
@@ -283,7 +317,7 @@ class CompletionService:
                         yield chunk
             if plan.request.include_usage:
                 yield env.chunk([], usage=tally.usage(plan))
-            yield env.steering_chunk("none")
+            yield env.steering_chunk(plan.steering_header())
         finally:
             self._scheduler.leave(ticket)
 

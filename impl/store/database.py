@@ -28,6 +28,17 @@ MIGRATIONS: Sequence[str] = (
         value TEXT NOT NULL
     );
     """,
+    """
+    ALTER TABLE profiles ADD COLUMN intensity REAL NOT NULL DEFAULT 1.0;
+    ALTER TABLE profiles ADD COLUMN intensity_range TEXT;
+    CREATE TABLE attachments (
+        model_id TEXT NOT NULL,
+        sae_id   TEXT NOT NULL,
+        layer    INTEGER NOT NULL,
+        manual   TEXT NOT NULL DEFAULT '[]',
+        PRIMARY KEY (model_id, sae_id, layer)
+    );
+    """,
 )
 
 

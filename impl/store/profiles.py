@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from .database import Database
 
 ACTIVE_KEY = "active_profile"
+ENVELOPE_MAX = 2.0
 
 
 class ProfileError(ValueError):
-    """A profile that cannot be stored as given (the message names the problem)."""
+    """A profile that cannot be stored as given (`param` names the field at fault)."""
+
+    def __init__(self, message: str, param: str = "features") -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ProfileNotFound(KeyError):
@@ -34,6 +39,8 @@ class Profile:
     description: str = ""
     created: float = 0.0
     updated: float = 0.0
+    intensity: float = 1.0
+    intensity_range: tuple[float, float] | None = None
 
     def strengths(self) -> dict[int, float]:
         return dict(self.features)
@@ -59,6 +66,22 @@ def _features(
     return tuple(sorted(pairs))
 
 
+def _dial(intensity: float, intensity_range: Sequence[float] | None) -> None:
+    """The persistent dial and the declared range lie in the envelope [0, 2] (OAI-DIAL)."""
+    if isinstance(intensity, bool) or not 0.0 <= float(intensity) <= ENVELOPE_MAX:
+        raise ProfileError(f"intensity {intensity!r} is outside 0..{ENVELOPE_MAX}", "intensity")
+    if intensity_range is None:
+        return
+    if len(intensity_range) != 2 or any(isinstance(v, bool) for v in intensity_range):
+        raise ProfileError("intensity_range must be two numbers [low, high]", "intensity_range")
+    low, high = (float(v) for v in intensity_range)
+    if not 0.0 <= low <= high <= ENVELOPE_MAX:
+        raise ProfileError(
+            f"intensity_range [{low}, {high}] must satisfy 0 <= low <= high <= {ENVELOPE_MAX}",
+            "intensity_range",
+        )
+
+
 class ProfileStore:
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -70,20 +93,47 @@ class ProfileStore:
         layer: int,
         features: Sequence[Mapping[str, object]] | Sequence[tuple[int, float]],
         description: str = "",
+        *,
+        intensity: float = 1.0,
+        intensity_range: Sequence[float] | None = None,
     ) -> Profile:
         """Create or replace the profile `name`."""
         if not name:
-            raise ProfileError("a profile needs a name")
+            raise ProfileError("a profile needs a name", "name")
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+            raise ProfileError(f"layer {layer!r} is not a non-negative integer", "layer")
         pairs = _features(features)
+        _dial(intensity, intensity_range)
+        bounds = None if intensity_range is None else tuple(float(v) for v in intensity_range)
         now = time.time()
         with self._db.transaction() as db:
             row = db.execute("SELECT created FROM profiles WHERE name = ?", (name,)).fetchone()
             created = float(row[0]) if row else now
             db.execute(
-                "INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, sae_id, layer, json.dumps(pairs), description, created, now),
+                "INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    sae_id,
+                    layer,
+                    json.dumps(pairs),
+                    description,
+                    created,
+                    now,
+                    float(intensity),
+                    None if bounds is None else json.dumps(bounds),
+                ),
             )
-        return Profile(name, sae_id, layer, pairs, description, created, now)
+        return Profile(
+            name,
+            sae_id,
+            layer,
+            pairs,
+            description,
+            created,
+            now,
+            float(intensity),
+            None if bounds is None else (bounds[0], bounds[1]),
+        )
 
     def get(self, name: str) -> Profile:
         with self._db.transaction() as db:
@@ -124,8 +174,9 @@ class ProfileStore:
 
 
 def _profile(row: Sequence[object]) -> Profile:
-    name, sae_id, layer, features, description, created, updated = row
+    name, sae_id, layer, features, description, created, updated, intensity, bounds = row
     pairs = tuple((int(i), float(s)) for i, s in json.loads(str(features)))
+    declared = None if bounds is None else tuple(float(v) for v in json.loads(str(bounds)))
     return Profile(
         str(name),
         str(sae_id),
@@ -134,4 +185,6 @@ def _profile(row: Sequence[object]) -> Profile:
         str(description),
         float(str(created)),
         float(str(updated)),
+        float(str(intensity)),
+        None if declared is None else (declared[0], declared[1]),
     )

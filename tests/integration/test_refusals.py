@@ -183,9 +183,6 @@ def test_completions_refuse_fields_they_cannot_honour(
 @pytest.mark.parametrize(
     "field",
     [
-        "profile",
-        "steering_intensity",
-        "steering",
         "logprobs",
         "allowed_token_ids",
         "response_format",
@@ -199,9 +196,6 @@ def test_capabilities_not_landed_are_refused_not_dropped(
 ) -> None:
     """OAI-VALID-01: a field whose capability is not built yet is refused, never dropped."""
     values: dict[str, Any] = {
-        "profile": "p",
-        "steering_intensity": 0.5,
-        "steering": {"features": []},
         "logprobs": True,
         "allowed_token_ids": [1],
         "response_format": {"type": "json_object"},

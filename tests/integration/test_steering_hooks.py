@@ -9,8 +9,10 @@ import torch
 
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from miserver.engines.transformers.steering import CLAMP, layer_steering
+from miserver.steering.applied import LIMIT as CLAMP
+from miserver.steering.applied import Item, item, snapshot
 from miserver.steering.sae import SAE
+from miserver.steering.source import FixedSource
 from tests.conftest import cache_dir
 
 pytestmark = pytest.mark.model
@@ -23,6 +25,14 @@ def engine(gguf_path: object) -> Iterator[TransformersEngine]:
     loaded = load_transformers_engine(gguf_path, model_id="steer", cache_dir=cache_dir())  # type: ignore[arg-type]
     yield loaded
     loaded.close()
+
+
+def layer_steering(sae: SAE, strengths: dict[int, float]) -> Item:
+    return item("inline", sae, sae.layer, strengths)
+
+
+def fixed(*items: Item) -> FixedSource:
+    return FixedSource(snapshot(items))
 
 
 def greedy(engine: TransformersEngine) -> list[int]:
@@ -52,10 +62,10 @@ def test_strength_zero_is_byte_identical_and_a_strong_feature_changes_output(
     index = strongest_feature(trained_sae, engine)
     zero = layer_steering(trained_sae, {index: 0.0, index + 1: -0.0})
     assert zero.applied == {} and zero.clamped == 0
-    with engine.steered([zero]):
+    with engine.steered(fixed(zero)):
         assert greedy(engine) == plain
     strong = layer_steering(trained_sae, {index: 150.0})
-    with engine.steered([strong]):
+    with engine.steered(fixed(strong)):
         changed = greedy(engine)
     assert changed != plain
     assert greedy(engine) == plain  # the hook is gone, and no steered KV prefix is reused
@@ -65,7 +75,7 @@ def test_decode_steps_are_steered_too(engine: TransformersEngine, trained_sae: S
     """Issue #4 item 3: KV-cached decode steps are steered, not only the prompt's prefill."""
     index = strongest_feature(trained_sae, engine)
     steering = layer_steering(trained_sae, {index: 80.0})
-    with engine.steered([steering]):
+    with engine.steered(fixed(steering)):
         ours = greedy(engine)
         prompt = engine.render_chat(CHAT)
         with torch.inference_mode():  # reference: re-run the whole sequence, steered, each step
@@ -99,7 +109,7 @@ def test_no_hook_is_left_after_an_error(engine: TransformersEngine, trained_sae:
     layer = engine.model.model.layers[trained_sae.layer]
     before = len(layer._forward_hooks)
     steering = layer_steering(trained_sae, {1: 10.0})
-    with pytest.raises(RuntimeError), engine.steered([steering]):
+    with pytest.raises(RuntimeError), engine.steered(fixed(steering)):
         assert len(layer._forward_hooks) == before + 1
         raise RuntimeError("boom")
     assert len(layer._forward_hooks) == before

@@ -23,8 +23,9 @@ import torch
 
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from miserver.engines.transformers.steering import layer_steering
+from miserver.steering.applied import item, snapshot
 from miserver.steering.sae import SAE, load_sae
+from miserver.steering.source import FixedSource
 from tools import sae_train
 
 log = logging.getLogger("bench.steering")
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
     )
     sae = trained_sae()
-    steering = [layer_steering(sae, {7: 8.0, 42: -4.0, 100: 2.5})]
+    steering = FixedSource(snapshot([item("inline", sae, sae.layer, {7: 8.0, 42: -4.0, 100: 2.5})]))
     rates: dict[str, list[float]] = {"unsteered": [], "steered": []}
     tokens_per_second(engine, 0, 8)  # warm-up
     for round_ in range(1, args.rounds + 1):

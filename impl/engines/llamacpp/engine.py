@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import contextmanager
 
 import llama_cpp
 
-from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, Token
+from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, SteeringSource, Token
 from . import chat
 from .context import Context
 from .decoding import check_ids, decode
@@ -86,6 +87,13 @@ class LlamaCppEngine:
         if rng is not None:
             raise TypeError("the llama.cpp engine takes no rng (seeds are refused for GGUF)")
         return decode(self.context, prompt_ids, params)
+
+    @contextmanager
+    def steered(self, source: SteeringSource) -> Iterator[None]:
+        """llama.cpp runs no steering hooks: a source with layers is refused."""
+        if source.layers():
+            raise ValueError("the llama.cpp engine cannot steer (no SAE attaches to a GGUF model)")
+        yield
 
     def close(self) -> None:
         """Free the model and its context; a later call that needs them fails."""

@@ -11,16 +11,16 @@ from typing import cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, Token
+from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, SteeringSource, Token
 from . import chat
 from .decoding import DecodeSettings, decode, decode_settings
 from .prefix import PrefixCache
 from .sampling import new_rng
-from .steering import LayerSteering, steered
+from .steering import steered
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat", "seed"})
+CAPABILITIES = frozenset({"generate", "chat", "seed", "steering"})
 
 
 class TransformersEngine:
@@ -88,15 +88,20 @@ class TransformersEngine:
         )
 
     @contextmanager
-    def steered(self, steering: Sequence[LayerSteering]) -> Iterator[None]:
-        """Generations started inside the block are steered; the KV prefix is kept per state."""
-        key = tuple(sorted((s.layer, tuple(sorted(s.applied.items()))) for s in steering))
-        previous, self._steering_key = self._steering_key, key
+    def steered(self, source: SteeringSource) -> Iterator[None]:
+        """Generations started inside the block are steered; the KV prefix is kept per state.
+
+        A kept prefix filled while the state changed mid-generation mixes two
+        states' keys and values, so it is dropped.
+        """
+        previous, self._steering_key = self._steering_key, source.key()
         try:
-            with steered(self.model, steering):
+            with steered(self.model, source):
                 yield
         finally:
             self._steering_key = previous
+            if source.mixed():
+                self._prefix.close_kept()
 
     def close(self) -> None:
         """Drop the model and the kept KV cache; a later call that needs the model fails."""

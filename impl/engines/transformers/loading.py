@@ -84,6 +84,8 @@ def model_facts(
         revision=_revision(config, folder, provenance),
         owned_by=owned_by,
         has_chat_template=bool(tokenizer.chat_template),
+        d_model=int(getattr(config, "hidden_size", 0) or 0),
+        n_layers=int(getattr(config, "num_hidden_layers", 0) or 0),
     )
 
 

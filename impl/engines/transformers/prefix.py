@@ -92,6 +92,11 @@ class PrefixCache:
         with self._lock:
             self._kept = None if held.torn or self._closed else held
 
+    def close_kept(self) -> None:
+        """Drop the kept cache (the next prompt prefills in full)."""
+        with self._lock:
+            self._kept = None
+
     def close(self) -> None:
         """Drop the kept cache; later give-backs are dropped too."""
         with self._lock:

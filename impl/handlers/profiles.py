@@ -1,0 +1,38 @@
+"""Handlers of the `profiles` tag (/api/profiles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from ..generated import api
+from ..steering.admin import SteeringAdmin
+from .common import parse, state
+
+
+def _admin() -> SteeringAdmin:
+    return state().admin
+
+
+async def list_profiles() -> JSONResponse:
+    """GET /api/profiles."""
+    return JSONResponse(_admin().profiles())
+
+
+async def get_profile(name: str) -> JSONResponse:
+    """GET /api/profiles/{name}."""
+    return JSONResponse(_admin().profile(name))
+
+
+async def put_profile(name: str, body: dict[str, Any]) -> JSONResponse:
+    """PUT /api/profiles/{name}: create or replace."""
+    req = parse(api.ProfileInput, body)
+    fields = req.model_dump(mode="json")
+    view, created = _admin().put_profile(name, fields)
+    return JSONResponse(view, status_code=201 if created else 200)
+
+
+async def delete_profile(name: str) -> JSONResponse:
+    """DELETE /api/profiles/{name}."""
+    return JSONResponse(_admin().delete_profile(name))

@@ -1,0 +1,62 @@
+"""Handlers of the `saes` and `steering` tags (/api)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from ..generated import api
+from ..steering.admin import SteeringAdmin
+from .common import parse, state
+
+
+def _admin() -> SteeringAdmin:
+    return state().admin
+
+
+async def list_saes() -> JSONResponse:
+    """GET /api/saes."""
+    return JSONResponse(_admin().saes())
+
+
+async def get_steering() -> JSONResponse:
+    """GET /api/steering."""
+    return JSONResponse(_admin().state())
+
+
+async def attach_sae(body: dict[str, Any]) -> JSONResponse:
+    """POST /api/steering/attachments."""
+    req = parse(api.AttachRequest, body)
+    view, created = _admin().attach(req.sae_id, req.layer)
+    return JSONResponse(view, status_code=201 if created else 200)
+
+
+async def detach_sae(sae_id: str, layer: int, model: str | None = None) -> JSONResponse:
+    """DELETE /api/steering/attachments/{sae_id}/{layer}."""
+    return JSONResponse(_admin().detach(sae_id, layer, model))
+
+
+async def set_live_values(
+    sae_id: str, layer: int, body: dict[str, Any], model: str | None = None
+) -> JSONResponse:
+    """PUT /api/steering/attachments/{sae_id}/{layer}/features."""
+    req = parse(api.LiveValues, body)
+    features = [f.model_dump() for f in req.features]
+    return JSONResponse(_admin().set_values(sae_id, layer, model, features))
+
+
+async def clear_live_values(sae_id: str, layer: int, model: str | None = None) -> JSONResponse:
+    """DELETE /api/steering/attachments/{sae_id}/{layer}/features."""
+    return JSONResponse(_admin().set_values(sae_id, layer, model, []))
+
+
+async def get_active_profile() -> JSONResponse:
+    """GET /api/steering/active-profile."""
+    return JSONResponse(_admin().active())
+
+
+async def set_active_profile(body: dict[str, Any]) -> JSONResponse:
+    """PUT /api/steering/active-profile."""
+    req = parse(api.ActiveProfileRequest, body)
+    return JSONResponse(_admin().activate(req.name))

@@ -1,0 +1,265 @@
+"""The steering management API (spec/openapi/api.yaml): SAEs, attachments, profiles.
+
+Each operation changes the live state or the profile store and answers
+with the shape the spec names. A change answers `live` (OAI-CONC-03):
+whether the hooks apply the value it set to the next generation, and
+`steering`: the X-miLLM-Steering value a request without steering fields
+would get now.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..http.errors import ApiError, InvalidParameter
+from ..models.manager import ModelManager
+from ..store.profiles import Profile, ProfileError, ProfileNotFound
+from .header import serialize
+from .live import Attachment, LiveSteering
+from .sae import SAEFormatError
+
+log = logging.getLogger(__name__)
+
+
+def _features(pairs: Mapping[int, float] | Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
+    items = pairs.items() if isinstance(pairs, Mapping) else pairs
+    return [{"index": i, "strength": s} for i, s in sorted(items)]
+
+
+def _strengths(raw: Sequence[Mapping[str, Any]], param: str) -> dict[int, float]:
+    strengths: dict[int, float] = {}
+    for j, feature in enumerate(raw):
+        index = int(feature["index"])
+        if index in strengths:
+            raise InvalidParameter(f"{param}[{j}].index", f"Feature index {index} is listed twice.")
+        strengths[index] = float(feature["strength"])
+    return strengths
+
+
+class SteeringAdmin:
+    def __init__(self, live: LiveSteering, manager: ModelManager) -> None:
+        self._live = live
+        self._manager = manager
+
+    # -- views ---------------------------------------------------------------------
+
+    def _resident_id(self) -> str | None:
+        resident = self._manager.resident
+        return None if resident is None else resident[0].model_id
+
+    def _model(self, model: str | None) -> str:
+        """The model an attachment path means: `model`, else the resident one."""
+        if model is not None:
+            return model
+        resident = self._resident_id()
+        if resident is None:
+            raise ApiError("no_model", "No model is loaded; name one with `?model=`.", "model")
+        return resident
+
+    def steering(self) -> str:
+        """X-miLLM-Steering for a request without steering fields, on the resident model, now."""
+        model = self._resident_id()
+        if model is None:
+            return "none"
+        _, snap = self._live.read(model)
+        return serialize(snap.members())
+
+    def _attachment(self, attachment: Attachment) -> dict[str, Any]:
+        return {
+            "model": attachment.model_id,
+            "sae_id": attachment.sae.sae_id,
+            "layer": attachment.layer,
+            "d_sae": attachment.sae.d_sae,
+            "features": _features(attachment.manual),
+            "live": self._manual_live(attachment),
+        }
+
+    def _manual_live(self, attachment: Attachment) -> bool:
+        return attachment.model_id == self._resident_id() and self._live.is_live(
+            attachment.model_id, attachment.sae.sae_id, attachment.layer, "manual"
+        )
+
+    def state(self) -> dict[str, Any]:
+        active = self._live.profiles.active()
+        return {
+            "model": self._resident_id(),
+            "epoch": self._live.epoch,
+            "steering": self.steering(),
+            "attachments": [self._attachment(a) for a in self._live.attachments()],
+            "active_profile": None if active is None else active.name,
+        }
+
+    def saes(self) -> dict[str, Any]:
+        data = []
+        for sae_id in self._live.saes.ids():
+            attached = [
+                {"model": a.model_id, "layer": a.layer}
+                for a in self._live.attachments()
+                if a.sae.sae_id == sae_id
+            ]
+            try:
+                sae = self._live.saes.get(sae_id)
+            except SAEFormatError as exc:
+                data.append(
+                    {
+                        "id": sae_id,
+                        "architecture": "standard",
+                        "d_in": 0,
+                        "d_sae": 0,
+                        "hook_name": "",
+                        "layer": 0,
+                        "attached": attached,
+                        "error": str(exc),
+                    }
+                )
+                continue
+            data.append(
+                {
+                    "id": sae_id,
+                    "architecture": sae.architecture,
+                    "d_in": sae.d_in,
+                    "d_sae": sae.d_sae,
+                    "hook_name": sae.hook_name,
+                    "layer": sae.layer,
+                    "attached": attached,
+                    "error": None,
+                }
+            )
+        return {"object": "list", "data": data}
+
+    # -- attachments -----------------------------------------------------------------
+
+    def attach(self, sae_id: str, layer: int | None) -> tuple[dict[str, Any], bool]:
+        resident = self._manager.resident
+        if resident is None:
+            raise ApiError("no_model", "No model is loaded to attach an SAE to.", "sae_id")
+        entry, engine = resident
+        if "steering" not in engine.capabilities:
+            raise InvalidParameter(
+                "sae_id",
+                f"The resident model `{entry.model_id}` runs on {entry.engine}, which cannot be "
+                "steered; SAEs attach to transformers models only.",
+            )
+        facts = engine.facts
+        created = self._live.attach(entry.model_id, sae_id, layer, facts.d_model, facts.n_layers)
+        sae = self._live.saes.get(sae_id)
+        at = sae.layer if layer is None else layer
+        return self._change(self._live.find(entry.model_id, sae_id, at)), created
+
+    def detach(self, sae_id: str, layer: int, model: str | None) -> dict[str, Any]:
+        self._live.detach(self._model(model), sae_id, layer)
+        return self.state()
+
+    def set_values(
+        self, sae_id: str, layer: int, model: str | None, features: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        model_id = self._model(model)
+        self._live.set_manual(model_id, sae_id, layer, _strengths(features, "features"))
+        return self._change(self._live.find(model_id, sae_id, layer))
+
+    def _change(self, attachment: Attachment) -> dict[str, Any]:
+        view = self._attachment(attachment)
+        return {
+            "attachment": view,
+            "live": view["live"],
+            "epoch": self._live.epoch,
+            "steering": self.steering(),
+        }
+
+    # -- profiles --------------------------------------------------------------------
+
+    def _profile_live(self, profile: Profile) -> bool:
+        model = self._resident_id()
+        active = self._live.profiles.active()
+        return (
+            model is not None
+            and active is not None
+            and active.name == profile.name
+            and self._live.is_live(model, profile.sae_id, profile.layer, "profile")
+        )
+
+    def _profile(self, profile: Profile) -> dict[str, Any]:
+        active = self._live.profiles.active()
+        return {
+            "name": profile.name,
+            "sae_id": profile.sae_id,
+            "layer": profile.layer,
+            "features": _features(profile.features),
+            "description": profile.description,
+            "intensity": profile.intensity,
+            "intensity_range": None
+            if profile.intensity_range is None
+            else list(profile.intensity_range),
+            "created": int(profile.created),
+            "updated": int(profile.updated),
+            "active": active is not None and active.name == profile.name,
+        }
+
+    def _get(self, name: str) -> Profile:
+        try:
+            return self._live.profiles.get(name)
+        except ProfileNotFound:
+            raise ApiError("profile_not_found", f"No profile named `{name}`.", "name") from None
+
+    def profiles(self) -> dict[str, Any]:
+        return {"object": "list", "data": [self._profile(p) for p in self._live.profiles.list()]}
+
+    def profile(self, name: str) -> dict[str, Any]:
+        return self._profile(self._get(name))
+
+    def put_profile(self, name: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create or replace `name`; True when it was created."""
+        store = self._live.profiles
+        try:
+            store.get(name)
+            created = False
+        except ProfileNotFound:
+            created = True
+        features = _strengths(body["features"], "features")
+        try:
+            profile = store.save(
+                name,
+                body["sae_id"],
+                body["layer"],
+                list(features.items()),
+                body.get("description") or "",
+                intensity=1.0 if body.get("intensity") is None else body["intensity"],
+                intensity_range=body.get("intensity_range"),
+            )
+        except ProfileError as exc:
+            raise InvalidParameter(exc.param, f"The profile is invalid: {exc}.") from exc
+        active = store.active()
+        if active is not None and active.name == name:
+            self._live.changed()
+        return {
+            "profile": self._profile(profile),
+            "live": self._profile_live(profile),
+            "epoch": self._live.epoch,
+            "steering": self.steering(),
+        }, created
+
+    def delete_profile(self, name: str) -> dict[str, Any]:
+        was_active = self._get(name).name == getattr(self._live.profiles.active(), "name", None)
+        self._live.profiles.delete(name)
+        if was_active:
+            self._live.changed()
+        return self.state()
+
+    def active(self) -> dict[str, Any]:
+        profile = self._live.profiles.active()
+        return {
+            "name": None if profile is None else profile.name,
+            "live": profile is not None and self._profile_live(profile),
+            "epoch": self._live.epoch,
+            "steering": self.steering(),
+        }
+
+    def activate(self, name: str | None) -> dict[str, Any]:
+        try:
+            self._live.profiles.activate(name)
+        except ProfileNotFound:
+            raise ApiError("profile_not_found", f"No profile named `{name}`.", "name") from None
+        self._live.changed()
+        return self.active()

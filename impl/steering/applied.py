@@ -1,0 +1,134 @@
+"""What steering applies: items (one SAE at one layer) and snapshots (a whole state).
+
+An `Item` is one entry of X-miLLM-Steering: its kind (`profile`, `inline`,
+`manual`), the SAE and layer it steers, the applied set (index → strength
+as the hook reads it: clamped to ±200, zeros and -0.0 dropped), how many
+strengths the clamp changed, and the vector Σ strength·W_dec[i] the hook
+adds. A `Snapshot` is every item that steers at once, with the vectors
+summed per layer (two SAEs at one layer both add) and a key naming the
+state for the engine's kept KV prefix. Both are immutable: the live state
+swaps whole snapshots, so a hook never sees half of a change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import torch
+
+from .hashing import LIMIT, clamp
+from .header import Member, inline_member, manual_member, profile_member
+from .sae import SAE
+
+KINDS = ("profile", "inline", "manual")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Item:
+    """One SAE at one layer, as applied."""
+
+    kind: str
+    sae: SAE
+    layer: int
+    applied: Mapping[int, float]
+    clamped: int
+    vector: torch.Tensor
+    name: str = ""
+    source: str = ""
+    intensity: float = 1.0
+
+    def member(self) -> Member:
+        """This item's X-miLLM-Steering member."""
+        sae_id = self.sae.sae_id
+        if self.kind == "profile":
+            return profile_member(
+                self.name,
+                self.source,
+                self.intensity,
+                sae_id,
+                self.layer,
+                self.applied,
+                self.clamped,
+            )
+        if self.kind == "inline":
+            return inline_member(sae_id, self.layer, self.applied, self.clamped)
+        return manual_member(sae_id, self.layer, self.applied)
+
+    def key(self) -> Hashable:
+        return (self.layer, self.sae.sae_id, tuple(sorted(self.applied.items())))
+
+
+def item(
+    kind: str,
+    sae: SAE,
+    layer: int,
+    strengths: Mapping[int, float],
+    *,
+    scale: float = 1.0,
+    name: str = "",
+    source: str = "",
+) -> Item:
+    """The item applying clamp(strength × scale) for each feature of `sae` at `layer`.
+
+    Raises IndexError for an index outside 0..d_sae-1 and ValueError for a
+    strength that is not a finite number; callers check both first and
+    name the field.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown steering kind {kind!r}")
+    applied: dict[int, float] = {}
+    clamped = 0
+    for index, strength in sorted(strengths.items()):
+        if isinstance(strength, bool) or not math.isfinite(float(strength)):
+            raise ValueError(f"strength of feature {index} must be a finite number")
+        if not 0 <= index < sae.d_sae:
+            raise IndexError(f"feature {index} is outside 0..{sae.d_sae - 1}")
+        raw = float(strength) * float(scale)
+        value = clamp(raw)
+        clamped += value != raw
+        if value != 0.0:
+            applied[index] = value
+    vector = torch.zeros(sae.d_in, dtype=sae.W_dec.dtype)
+    if applied:
+        indices = torch.tensor(list(applied), dtype=torch.long)
+        values = torch.tensor(list(applied.values()), dtype=torch.float64)
+        vector = (values.to(sae.W_dec.dtype) @ sae.W_dec[indices]).contiguous()
+    return Item(kind, sae, layer, MappingProxyType(applied), clamped, vector, name, source, scale)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Snapshot:
+    """A whole steering state: its items and the vector each hooked layer adds."""
+
+    items: tuple[Item, ...] = ()
+    vectors: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    key: Hashable = ()
+
+    def members(self, layers: Iterable[int] | None = None) -> list[Member]:
+        """Header members of the items (only those at `layers`, when given)."""
+        keep = None if layers is None else frozenset(layers)
+        return [i.member() for i in self.items if keep is None or i.layer in keep]
+
+    def layers(self) -> frozenset[int]:
+        return frozenset(self.vectors)
+
+
+EMPTY = Snapshot()
+
+
+def snapshot(items: Iterable[Item]) -> Snapshot:
+    """The snapshot of `items`: vectors summed per layer, layers with nothing applied skipped."""
+    kept = tuple(sorted(items, key=lambda i: (i.layer, i.sae.sae_id)))
+    vectors: dict[int, torch.Tensor] = {}
+    for entry in kept:
+        if entry.applied:
+            previous = vectors.get(entry.layer)
+            vectors[entry.layer] = entry.vector if previous is None else previous + entry.vector
+    key = tuple(entry.key() for entry in kept if entry.applied)
+    return Snapshot(kept, MappingProxyType(vectors), key)
+
+
+__all__ = ["EMPTY", "KINDS", "LIMIT", "Item", "Snapshot", "item", "snapshot"]
