@@ -27,7 +27,7 @@ class Feature(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[int, Field(ge=0, le=2147483647)]
     strength: float
 
 
@@ -114,7 +114,8 @@ class AttachRequest(BaseModel):
     )
     sae_id: Annotated[str, Field(min_length=1)]
     layer: Annotated[
-        int | None, Field(description="Default the SAE's own hook layer.", ge=0)
+        int | None,
+        Field(description="Default the SAE's own hook layer.", ge=0, le=65535),
     ] = None
 
 
@@ -166,7 +167,7 @@ class ProfileInput(BaseModel):
         extra="allow",
     )
     sae_id: Annotated[str, Field(min_length=1)]
-    layer: Annotated[int, Field(ge=0)]
+    layer: Annotated[int, Field(ge=0, le=65535)]
     features: list[Feature]
     description: str | None = None
     intensity: Annotated[

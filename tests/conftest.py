@@ -77,3 +77,29 @@ def trained_sae() -> SAE:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return load_sae(folder)
+
+
+SAE_ID = "smollm2-l12"
+OTHER_SAE_ID = "smollm2-l12-copy"
+
+
+@pytest.fixture(scope="session")
+def saes_dir(trained_sae: SAE, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saes directory holding the trained SAE twice, as SAE_ID and OTHER_SAE_ID."""
+    folder = tmp_path_factory.mktemp("saes")
+    source = sae_train.cache_dir() / "saes" / sae_train.TrainConfig().name()
+    for name in (SAE_ID, OTHER_SAE_ID):
+        (folder / name).symlink_to(source, target_is_directory=True)
+    return folder
+
+
+@pytest.fixture
+def steer_settings(tmp_path: Path, saes_dir: Path) -> Settings:
+    """Settings of a steering server: the transformers SmolLM2, the trained SAEs, fresh data."""
+    return Settings(
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        saes_dir=saes_dir,
+        model=MODEL_ID,
+        queue_heartbeat=0.2,
+    )

@@ -52,7 +52,7 @@ def _features(
     pairs: list[tuple[int, float]] = []
     for item in raw:
         index, strength = (item["index"], item["strength"]) if isinstance(item, Mapping) else item
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**31:
             raise ProfileError(f"feature index {index!r} is not a non-negative integer")
         if isinstance(strength, bool) or not isinstance(strength, int | float):
             raise ProfileError(f"strength {strength!r} of feature {index} is not a number")
@@ -100,7 +100,7 @@ class ProfileStore:
         """Create or replace the profile `name`."""
         if not name:
             raise ProfileError("a profile needs a name", "name")
-        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < 2**31:
             raise ProfileError(f"layer {layer!r} is not a non-negative integer", "layer")
         pairs = _features(features)
         _dial(intensity, intensity_range)

@@ -1,24 +1,37 @@
-"""Steered against unsteered decode speed on the transformers engine, in one run.
+"""Steered against unsteered decode speed, through the server and on the engine, in one run.
 
     python -m tools.bench.steering [--rounds 5] [--tokens 128] [--threads N]
 
-Greedy generation of `--tokens` tokens from one chat prompt on SmolLM2 with
-the engine's own decode loop, interleaving rounds without steering and with
-the trained SAE's feature steering (a hook adding Σ strength·W_dec[i] to the
-layer's output at every position). The steering state never reuses the other's
-KV prefix, and the prompt is changed every round so neither path reuses its own.
-Prints a markdown table (median tokens/s and the steered / unsteered ratio;
-goal >= 0.95). Uses the SAE the tests train and cache (`tools/sae_train.py`).
+Greedy generation of `--tokens` tokens on SmolLM2 (transformers), with the
+SAE the tests train and cache (`tools/sae_train.py`):
+
+- `engine` / `engine-steered`: the engine's own decode loop in this
+  process, without and with a three-feature steering hook;
+- `server` / `server-inline` / `server-profile`: `POST /v1/chat/completions`
+  to `miserver serve` (a subprocess on loopback) with the SAE attached
+  through /api: no steering field, the same three features as inline
+  `steering`, and a saved profile holding them.
+
+Every call gets a fresh prompt (a round number in it), so no path reuses a
+KV prefix another filled. Rounds are interleaved (the order rotates). The
+markdown table goes to stdout with the ratio of each steered path to its
+unsteered counterpart (goal >= 0.95).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import httpx
 import torch
 
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
@@ -27,63 +40,124 @@ from miserver.steering.applied import item, snapshot
 from miserver.steering.sae import SAE, load_sae
 from miserver.steering.source import FixedSource
 from tools import sae_train
+from tools.bench import common
+from tools.bench.common import Run
 
 log = logging.getLogger("bench.steering")
 
+MODEL_ID = "SmolLM2-135M-Instruct"
+SAE_ID = "bench-sae"
+FEATURES = {7: 8.0, 42: -4.0, 100: 2.5}
+BASES = {
+    "engine-steered": "engine",
+    "server-inline": "server",
+    "server-profile": "server",
+}
 
-def trained_sae() -> SAE:
-    """The default-config SAE from the cache, trained now if it is missing."""
+
+def trained_sae() -> tuple[SAE, Path]:
+    """The default-config SAE from the cache (trained now if it is missing), and its folder."""
     config = sae_train.TrainConfig()
     folder = sae_train.cache_dir() / "saes" / config.name()
     if not (folder / "sae_weights.safetensors").is_file():
         sae_train.build(folder, config)
-    return load_sae(folder)
+    return load_sae(folder), folder
 
 
-def tokens_per_second(engine: TransformersEngine, round_: int, tokens: int) -> float:
-    prompt = ChatPrompt(({"role": "user", "content": f"Essay {round_}: the history of Rome."},))
-    ids = engine.render_chat(prompt)
+def prompt(round_: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"Essay {round_}: the history of Rome."}]
+
+
+def on_engine(engine: TransformersEngine, round_: int, tokens: int) -> Run:
+    ids = engine.render_chat(ChatPrompt(tuple(prompt(round_))))
     params = SamplingParams(max_tokens=tokens, temperature=0.0)
     started = time.perf_counter()
     count = sum(isinstance(t, Token) for t in engine.generate(ids, params, None))
-    return count / (time.perf_counter() - started)
+    return Run(count, time.perf_counter() - started, "")
+
+
+def on_server(client: httpx.Client, base_url: str, round_: int, tokens: int, **extra: Any) -> Run:
+    body = {**common.chat_body(MODEL_ID, prompt(round_), tokens, stream=False), **extra}
+    started = time.perf_counter()
+    response = client.post(f"{base_url}/chat/completions", json=body)
+    seconds = time.perf_counter() - started
+    response.raise_for_status()
+    if extra and response.headers["X-miLLM-Steering"] == "none":
+        raise RuntimeError("a steered path ran unsteered")
+    return Run(response.json()["usage"]["completion_tokens"], seconds, "")
+
+
+def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Run]]:
+    sae, folder = trained_sae()
+    saes = work / "saes"
+    saes.mkdir()
+    (saes / SAE_ID).symlink_to(folder, target_is_directory=True)
+    engine = load_transformers_engine(
+        sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
+    )
+    fixed = FixedSource(snapshot([item("inline", sae, sae.layer, FEATURES)]))
+    counter = itertools.count()
+    features = [{"index": i, "strength": s} for i, s in FEATURES.items()]
+    args = ["--model", MODEL_ID, "--saes-dir", str(saes)]
+    with (
+        common.served(work / "data", sae_train.cache_dir(), threads, args) as base_url,
+        httpx.Client(timeout=600.0) as client,
+    ):
+        api = base_url.removesuffix("/v1") + "/api"
+        client.post(f"{api}/steering/attachments", json={"sae_id": SAE_ID}).raise_for_status()
+        profile = {"sae_id": SAE_ID, "layer": sae.layer, "features": features}
+        client.put(f"{api}/profiles/bench", json=profile).raise_for_status()
+
+        def steered_engine() -> Run:
+            with engine.steered(fixed):
+                return on_engine(engine, next(counter), tokens)
+
+        paths: dict[str, Callable[[], Run]] = {
+            "engine": lambda: on_engine(engine, next(counter), tokens),
+            "engine-steered": steered_engine,
+            "server": lambda: on_server(client, base_url, next(counter), tokens),
+            "server-inline": lambda: on_server(
+                client, base_url, next(counter), tokens, steering={"features": features}
+            ),
+            "server-profile": lambda: on_server(
+                client, base_url, next(counter), tokens, profile="bench"
+            ),
+        }
+        runs = common.interleave(paths, rounds)
+    engine.close()
+    return runs
+
+
+def table(runs: dict[str, list[Run]]) -> str:
+    lines = [
+        "| path | median tok/s | min | max | ratio to unsteered |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, found in runs.items():
+        rates = [r.rate for r in found]
+        base = BASES.get(name, name)
+        ratio = statistics.median(rates) / common.median_rate(runs[base])
+        lines.append(
+            f"| {name} | {statistics.median(rates):.1f} | {min(rates):.1f} | {max(rates):.1f} "
+            f"| {ratio:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for both")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = load_transformers_engine(
-        sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
-    )
-    sae = trained_sae()
-    steering = FixedSource(snapshot([item("inline", sae, sae.layer, {7: 8.0, 42: -4.0, 100: 2.5})]))
-    rates: dict[str, list[float]] = {"unsteered": [], "steered": []}
-    tokens_per_second(engine, 0, 8)  # warm-up
-    for round_ in range(1, args.rounds + 1):
-        rates["unsteered"].append(tokens_per_second(engine, 2 * round_, args.tokens))
-        with engine.steered(steering):
-            rates["steered"].append(tokens_per_second(engine, 2 * round_ + 1, args.tokens))
-        log.info(
-            "round %d: %.1f / %.1f tok/s", round_, rates["unsteered"][-1], rates["steered"][-1]
-        )
-    median = {name: statistics.median(values) for name, values in rates.items()}
-    lines = ["| path | median tok/s | min | max |", "|---|---:|---:|---:|"]
-    lines += [
-        f"| {name} | {median[name]:.1f} | {min(v):.1f} | {max(v):.1f} |"
-        for name, v in rates.items()
-    ]
-    ratio = median["steered"] / median["unsteered"]
+    with tempfile.TemporaryDirectory(prefix="bench-steering-") as tmp:
+        runs = measure(args.rounds, args.tokens, args.threads, Path(tmp))
     sys.stdout.write(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds of "
-        f"{args.tokens} greedy tokens\n\n"
-        + "\n".join(lines)
-        + f"\n\nratio steered / unsteered (medians): {ratio:.3f}\n"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads in this process, "
+        f"{args.rounds} rounds of {args.tokens} greedy tokens\n\n" + table(runs)
     )
     return 0
 

@@ -1,0 +1,169 @@
+"""Steering over real HTTP: the SDK's `extra_body`, operator changes during a stream, disconnects.
+
+A `miserver serve` subprocess with the trained SAEs attaches one through
+/api, and the official `openai` SDK sends the steering fields the way its
+users do (`extra_body`). Timing-dependent cases hold the generation long
+(COUNTING continues for thousands of tokens) and act after the first chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from miserver.steering import steering_set_hash
+from miserver.steering.header import InlineMember, ManualMember, NoneMember, parse
+from tests.conftest import MODEL_ID, SAE_ID
+from tests.e2e.conftest import LiveServer, live_server
+
+pytestmark = pytest.mark.e2e
+
+HELLO: list[Any] = [{"role": "user", "content": "Tell me about your favourite place."}]
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
+LAYER = 12
+
+
+@pytest.fixture(scope="module")
+def steer_server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[LiveServer]:
+    env = {"MISERVER_SAES_DIR": str(saes_dir)}
+    with live_server(tmp_path_factory.mktemp("e2e-steer"), env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def api(steer_server: LiveServer) -> Iterator[httpx.Client]:
+    root = steer_server.base_url.removesuffix("/v1")
+    with httpx.Client(base_url=f"{root}/api", timeout=60.0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def v1(steer_server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=steer_server.base_url, timeout=120.0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def sdk(steer_server: LiveServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=steer_server.base_url, api_key="x", max_retries=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def attached(api: httpx.Client) -> Iterator[None]:
+    """Each test starts with the SAE attached at layer 12 and nothing live."""
+    assert api.post("/steering/attachments", json={"sae_id": SAE_ID}).status_code in (200, 201)
+    api.delete(f"/steering/attachments/{SAE_ID}/{LAYER}/features")
+    yield
+    api.delete(f"/steering/attachments/{SAE_ID}/{LAYER}/features")
+
+
+def chat(v1: httpx.Client, **extra: Any) -> httpx.Response:
+    body = {"model": MODEL_ID, "messages": HELLO, "max_tokens": 12, "temperature": 0, **extra}
+    response = v1.post("/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def text_of(response: httpx.Response) -> str:
+    content: str = response.json()["choices"][0]["message"]["content"]
+    return content
+
+
+def test_sdk_extra_body_inline_steering(sdk: OpenAI, v1: httpx.Client) -> None:
+    """OAI-INL-01, OAI-INL-29, OAI-HASH-01: the SDK's extra_body carries `steering`;
+    the header's hash is what a client recomputes from the set it sent."""
+    features = [{"index": 5, "strength": 150.0}]
+    raw = sdk.chat.completions.with_raw_response.create(
+        model=MODEL_ID,
+        messages=HELLO,
+        max_tokens=12,
+        temperature=0,
+        extra_body={"steering": {"sae_id": SAE_ID, "features": features}},
+    )
+    [member] = parse(raw.headers["X-miLLM-Steering"])
+    assert isinstance(member, InlineMember)
+    assert member.hash == steering_set_hash(SAE_ID, features)
+    steered = raw.parse().choices[0].message.content
+    assert steered != text_of(chat(v1))  # the same request unsteered
+
+
+def _stream_lines(v1: httpx.Client, body: dict[str, Any]) -> Iterator[str]:
+    with v1.stream("POST", "/completions", json=body) as response:
+        assert response.status_code == 200
+        yield from response.iter_lines()
+
+
+def _events(lines: Iterator[str], act_after: int, act: Any) -> list[dict[str, Any]]:
+    """Data events of a stream; `act()` runs once `act_after` content chunks have arrived."""
+    events: list[dict[str, Any]] = []
+    content = 0
+    for line in lines:
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line.removeprefix("data: "))
+        events.append(event)
+        if event.get("choices"):
+            content += 1
+            if content == act_after:
+                act()
+    return events
+
+
+def test_an_operator_change_during_a_request_wins(api: httpx.Client, v1: httpx.Client) -> None:
+    """OAI-CONC-01/02/03, OAI-HDR-03, OAI-GRAM-23: an operator's change mid-request wins,
+    nothing is restored over it, and the stream's header says what ran, flagged `changed`."""
+    epoch = api.get("/steering").json()["epoch"]
+    operator = {"features": [{"index": 9, "strength": 40.0}]}
+    answers: list[dict[str, Any]] = []
+
+    def change() -> None:
+        answers.append(
+            api.put(f"/steering/attachments/{SAE_ID}/{LAYER}/features", json=operator).json()
+        )
+
+    body = {
+        "model": MODEL_ID,
+        "prompt": COUNTING,
+        "max_tokens": 60,
+        "temperature": 0,
+        "stream": True,
+        "steering": {"features": [{"index": 5, "strength": 30.0}]},
+    }
+    events = _events(_stream_lines(v1, body), act_after=3, act=change)
+    assert answers and answers[0]["live"] is True  # OAI-CONC-03
+    [member] = parse(events[-1]["millm_steering"])
+    assert isinstance(member, ManualMember) and member.changed
+    assert member.hash == steering_set_hash(SAE_ID, operator["features"])
+    state = api.get("/steering").json()
+    assert state["epoch"] == epoch + 1  # the request itself moved nothing (OAI-INL-04)
+    assert state["attachments"][0]["features"] == operator["features"]  # not reverted
+    [after] = parse(chat(v1).headers["X-miLLM-Steering"])
+    assert isinstance(after, ManualMember) and not after.changed
+
+
+def test_a_disconnect_leaves_no_steering_behind(api: httpx.Client, v1: httpx.Client) -> None:
+    """Issue #4 acceptance: a client leaving a steered stream leaves no hook: the next request
+    is byte-identical to an unsteered one and says `none` (OAI-INL-03, OAI-PROF-03)."""
+    plain = chat(v1)
+    body = {
+        "model": MODEL_ID,
+        "messages": HELLO,
+        "max_tokens": 400,
+        "temperature": 0,
+        "stream": True,
+        "steering": {"features": [{"index": 5, "strength": 150.0}]},
+    }
+    with v1.stream("POST", "/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        received = [line for _, line in zip(range(6), lines, strict=False)]
+    assert any(line.startswith("data: ") for line in received)
+    again = chat(v1)
+    assert parse(again.headers["X-miLLM-Steering"]) == [NoneMember()]
+    assert text_of(again) == text_of(plain)
