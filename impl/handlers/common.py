@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from connexion.context import request
@@ -37,8 +37,26 @@ def parse(model: type[M], body: Mapping[str, Any]) -> M:
         return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = location(p for p in first["loc"] if isinstance(p, str | int)) or "body"
+        param = location(_body_path(body, first["loc"])) or "body"
         raise InvalidParameter(param, f"Invalid value for `{param}`: {first['msg']}.") from exc
+
+
+def _body_path(body: Any, loc: Sequence[Any]) -> Iterator[str | int]:
+    """The parts of a pydantic `loc` that step into the body (union member tags dropped)."""
+    value = body
+    for part in loc:
+        if _holds(value, part):
+            value = value[part]
+            yield part
+        elif value is body and isinstance(part, str):
+            yield part  # a missing top-level field: name it
+            return
+
+
+def _holds(value: Any, part: Any) -> bool:
+    if isinstance(value, Mapping):
+        return isinstance(part, str) and part in value
+    return isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
 
 
 def state() -> ServerState:

@@ -62,19 +62,25 @@ def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
 def run_choice(
     engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
 ) -> None:
-    """Blocking: generate one choice under the job's steering (hooks gone when it returns)."""
+    """Blocking: generate one choice, emitting deltas then exactly one end event.
+
+    The end event goes out only after the steering hooks are removed and the
+    KV cache is given back, so whoever holds the slot sees a clean engine.
+    """
+    end: ChoiceEnd | ChoiceFailed
     try:
         with _steered(engine, job):
-            _generate(engine, job, cancel, emit)
+            end = _generate(engine, job, cancel, emit)
     except Exception as exc:  # entering or leaving the hooks failed: the engine's fault
         log.exception("steering hooks failed")
-        emit(ChoiceFailed(exc))
+        end = ChoiceFailed(exc)
+    emit(end)
 
 
 def _generate(
     engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
-) -> None:
-    """Generate one choice, emitting deltas then exactly one end event."""
+) -> ChoiceEnd | ChoiceFailed:
+    """Generate one choice, emitting its deltas; returns the end event."""
     detok = Detokenizer(engine.decode)
     stopper = StopMatcher(job.stops)
     count, cached, reason = 0, 0, "length"
@@ -92,22 +98,19 @@ def _generate(
             if text:
                 emit(TextDelta(text))
             if matched:
-                emit(ChoiceEnd("stop", count, cached))
-                return
+                return ChoiceEnd("stop", count, cached)
             if cancel.is_set():
-                emit(ChoiceEnd("cancelled", count, cached))
-                return
+                return ChoiceEnd("cancelled", count, cached)
             if job.halt is not None and job.halt.is_set():
-                emit(ChoiceEnd("halted", count, cached))
-                return
+                return ChoiceEnd("halted", count, cached)
         text, matched = stopper.push(detok.flush())
         tail = text if matched else text + stopper.flush()
         if tail:
             emit(TextDelta(tail))
-        emit(ChoiceEnd("stop" if matched else reason, count, cached))
+        return ChoiceEnd("stop" if matched else reason, count, cached)
     except Exception as exc:  # the engine's fault, reported to the client as an error event
         log.exception("generation failed")
-        emit(ChoiceFailed(exc))
+        return ChoiceFailed(exc)
     finally:
         tokens.close()
 

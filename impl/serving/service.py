@@ -23,6 +23,7 @@ from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..settings import Settings
+from ..steering.header import Unknown, serialize
 from ..steering.live import LiveSteering
 from ..steering.request import Resolution, resolve
 from ..steering.source import RequestSource
@@ -65,8 +66,17 @@ class Plan:
     steering: RequestSource | None = None
 
     def steering_header(self) -> str:
-        """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02)."""
-        return "none" if self.steering is None else self.steering.header()
+        """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
+
+        A state that cannot be read is `unknown`, never omitted or guessed (OAI-GRAM-07).
+        """
+        if self.steering is None:
+            return "none"
+        try:
+            return self.steering.header()
+        except Exception:
+            log.exception("reading the applied steering state failed")
+            return serialize([Unknown("read_failed")])
 
 
 def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:

@@ -97,3 +97,46 @@ def test_state_survives_a_restart(steer_settings: Settings) -> None:
         assert again["active_profile"] == "humör" and again["steering"] == state["steering"]
         assert client.get("/api/profiles/humör").json()["intensity"] == 0.5
         assert chat(client).headers["X-miLLM-Steering"] == header
+
+
+def test_an_operator_change_mid_generation_wins_and_leaves_no_hook(
+    server: tuple[Server, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #4 acceptance (no hook left after a concurrent operator change), OAI-CONC-01/02,
+    OAI-HDR-03: the change lands between two forward passes of a steered request."""
+    app, client = server
+    before = hook_counts(app)
+    live = app.state.steering
+    calls = {"n": 0}
+    vector = RequestSource.vector
+
+    def operator_acts(self: RequestSource, layer: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third forward pass: the operator sets live values
+            live.set_manual(MODEL_ID, SAE_ID, LAYER, {9: 40.0})
+        return vector(self, layer)
+
+    monkeypatch.setattr(RequestSource, "vector", operator_acts)
+    response = chat(client, steering={"features": [{"index": 5, "strength": 30.0}]})
+    monkeypatch.undo()
+    assert response.status_code == 200
+    header = response.headers["X-miLLM-Steering"]
+    assert header.startswith("manual;") and header.endswith(";changed")
+    assert hook_counts(app) == before
+    assert live.attachments(MODEL_ID)[0].manual == {9: 40.0}  # not reverted (OAI-CONC-02)
+    assert chat(client).headers["X-miLLM-Steering"] == header.removesuffix(";changed")
+
+
+def test_an_unreadable_state_is_unknown(
+    server: tuple[Server, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OAI-GRAM-07, OAI-GRAM-31: a state that cannot be read is `unknown`, never omitted."""
+    _, client = server
+
+    def broken(_self: RequestSource) -> str:
+        raise RuntimeError("injected: the applied state cannot be read")
+
+    monkeypatch.setattr(RequestSource, "header", broken)
+    response = chat(client)
+    assert response.status_code == 200
+    assert response.headers["X-miLLM-Steering"] == "unknown;reason=read_failed"
