@@ -56,6 +56,36 @@ class Prefilled:
 
 
 @dataclass(frozen=True, slots=True)
+class ScoreQuery:
+    """Next-token scoring: how to normalise and how many alternatives to report.
+
+    `temperature` 0 means no scaling. With `allowed`, log-probabilities are
+    normalised over those ids only and the best token is one of them.
+    `alternatives` is how many of the best candidates to report.
+    """
+
+    temperature: float = 0.0
+    allowed: tuple[int, ...] | None = None
+    alternatives: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """The next token's distribution: the best candidate and the reported alternatives.
+
+    Each is (token id, log-probability); alternatives are sorted by
+    log-probability, highest first.
+    """
+
+    best: tuple[int, float]
+    alternatives: tuple[tuple[int, float], ...]
+
+
+class NonFiniteLogits(ArithmeticError):
+    """NaN or +inf logits where they reach the answer, or -inf on a reported token."""
+
+
+@dataclass(frozen=True, slots=True)
 class ChatPrompt:
     """A chat to render: OpenAI-shaped messages plus template variables."""
 
@@ -108,6 +138,10 @@ class Engine(Protocol):
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
+    def token_text(self, token_id: int) -> str:
+        """One token's text, special tokens included (scoring keys and `bytes`)."""
+        ...
+
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         """Token ids of the chat, rendered with the generation prompt.
 
@@ -127,6 +161,14 @@ class Engine(Protocol):
 
         Blocking: callers run it in a worker thread. Closing the iterator
         stops generation before the next forward pass; the engine keeps or frees its KV cache.
+        """
+        ...
+
+    def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
+        """One unsteered forward pass over the prompt; the next token's log-probabilities.
+
+        Blocking. Raises NonFiniteLogits (OAI-SCORE-22..25). Only engines with
+        the `scoring` capability implement it.
         """
         ...
 

@@ -11,6 +11,7 @@ from ..engines.base import ChatPrompt
 from ..generated import v1
 from ..http.errors import ApiError, InvalidParameter
 from ..steering.request import InlineSet, SteeringAsk
+from .scoring import ScoringAsk, scoring_ask
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class GenerationRequest:
     stops: tuple[str, ...]
     seed: int | None
     steering: SteeringAsk = field(default_factory=SteeringAsk)
+    scoring: ScoringAsk | None = None
 
 
 def _value(raw: Any) -> Any:
@@ -79,7 +81,10 @@ def _steering(req: Request) -> SteeringAsk:
 def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> GenerationRequest:
     stream = bool(req.stream)
     n = req.n or 1
-    if n > 1 and stream:
+    max_tokens = _max_tokens(req.max_tokens, req.max_completion_tokens)
+    temperature = _or(req.temperature, 1.0)
+    scoring = scoring_ask(endpoint, req)
+    if n > 1 and stream and scoring is None:
         raise InvalidParameter("n", "n above 1 cannot be combined with stream: true.")
     return GenerationRequest(
         endpoint=endpoint,
@@ -88,14 +93,15 @@ def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> Generat
         n=n,
         stream=stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
-        max_tokens=_max_tokens(req.max_tokens, req.max_completion_tokens),
-        temperature=_or(req.temperature, 1.0),
+        max_tokens=max_tokens,
+        temperature=temperature,
         top_p=_or(req.top_p, 1.0),
         frequency_penalty=_or(req.frequency_penalty, 0.0),
         presence_penalty=_or(req.presence_penalty, 0.0),
         stops=_stops(req.stop),
         seed=req.seed,
         steering=_steering(req),
+        scoring=scoring,
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from ..engines.base import ChatPrompt, Engine, PromptError, Rng, SamplingParams
+from ..engines.base import ChatPrompt, Engine, NonFiniteLogits, PromptError, Rng, SamplingParams
 from ..http import headers as hdr
 from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
@@ -30,8 +30,15 @@ from ..steering.source import RequestSource
 from . import shapes
 from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
 from .policy import review
-from .requests import GenerationRequest, Prompt
+from .requests import GenerationRequest, Prompt, TextPrompt
 from .scheduler import Scheduler, Ticket
+from .scoring import (
+    ScoringAsk,
+    ScoringReply,
+    check_mode,
+    check_top_logprobs,
+    check_vocabulary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +147,9 @@ class CompletionService:
         strict = hdr.strict_mode(request_headers)
         entry = self._manager.entry(req.model_id)
         ignored = review(req.endpoint, raw, entry.engine, self._manager.capabilities(entry))
+        check_top_logprobs(req.endpoint, raw)
+        if req.scoring is None and raw.get("return_tokens_as_token_ids") is True:
+            ignored.append("return_tokens_as_token_ids")  # keys nothing outside scoring mode
         if ignored and strict:
             raise hdr.refuse_unused(ignored)
         headers = {hdr.MODEL: entry.model_id}
@@ -149,6 +159,16 @@ class CompletionService:
             headers[hdr.IGNORED] = value or ""
         if req.seed is not None:
             headers[hdr.SEED] = hdr.seed(req.seed, "request")
+        if req.scoring is not None:
+            check_mode(
+                raw,
+                max_tokens=req.max_tokens,
+                n=req.n,
+                stream=req.stream,
+                temperature=req.temperature,
+            )
+            self._manager.refuse_if_busy()
+            return await self._score(Plan(req, entry), headers, req.scoring)
         echo = self._steering(req, entry).echo
         if req.steering.intensity is not None and echo is not None:
             headers[hdr.STEERING_INTENSITY] = repr(float(echo))
@@ -189,8 +209,13 @@ class CompletionService:
             ids = await self._manager.tokenize(partial(self._ids, engine, prompt))
             if not ids:
                 where = "prompt" if plan.request.endpoint == "completions" else "messages"
-                raise InvalidParameter(
-                    where, f"prompt {i} tokenizes to nothing; nothing to continue."
+                code = (
+                    "invalid_parameter"
+                    if plan.request.scoring is None
+                    else ("invalid_scoring_request")
+                )
+                raise ApiError(
+                    code, f"prompt {i} tokenizes to nothing; nothing to continue.", where
                 )
             plan.prompt_ids.append(ids)
             plan.budgets.append(self._budget(plan.request, engine, ids))
@@ -224,6 +249,42 @@ class CompletionService:
             plan.budgets[i], r.temperature, r.top_p, r.frequency_penalty, r.presence_penalty
         )
         return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng, halt, plan.steering)
+
+    # -- scoring -----------------------------------------------------------------
+
+    async def _score(self, plan: Plan, headers: dict[str, str], ask: ScoringAsk) -> Reply:
+        """One unsteered forward pass per prompt; nothing generated (OAI-SCORE, OAI-CSCORE)."""
+        ticket, engine = await self._slot_with_model(plan.entry)
+        try:
+            check_vocabulary(ask, engine.facts.vocab_size)
+            await self._prepare(plan, engine)
+            loop = asyncio.get_running_loop()
+            choices = await loop.run_in_executor(self._executor, self._scored, plan, engine, ask)
+        finally:
+            self._scheduler.leave(ticket)
+        env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
+        usage = shapes.usage(sum(len(ids) for ids in plan.prompt_ids), len(choices))
+        body = env.body(choices, usage, shapes.fingerprint(engine.facts))
+        return Reply(body, {**headers, hdr.STEERING: "none"})
+
+    def _scored(self, plan: Plan, engine: Engine, ask: ScoringAsk) -> list[dict[str, Any]]:
+        """Blocking, in the engine's thread: score every prompt and shape its choice."""
+        r = plan.request
+        query = ask.query(r.endpoint, r.temperature)
+        reply = ScoringReply(r.endpoint, ask, engine.token_text)
+        choices = []
+        for i, (prompt, ids) in enumerate(zip(r.prompts, plan.prompt_ids, strict=True)):
+            try:
+                result = engine.score(ids, query)
+            except NonFiniteLogits as exc:
+                raise ApiError(
+                    "non_finite_logits",
+                    f"The model produced non-finite logits for prompt {i}: {exc}.",
+                    None,
+                ) from exc
+            chars = len(prompt.text) if isinstance(prompt, TextPrompt) else 0
+            choices.append(reply.choice(i, result, chars))
+        return choices
 
     # -- non-streamed ------------------------------------------------------------
 

@@ -183,8 +183,6 @@ def test_completions_refuse_fields_they_cannot_honour(
 @pytest.mark.parametrize(
     "field",
     [
-        "logprobs",
-        "allowed_token_ids",
         "response_format",
         "tools",
         "return_sae_activations",
@@ -196,8 +194,6 @@ def test_capabilities_not_landed_are_refused_not_dropped(
 ) -> None:
     """OAI-VALID-01: a field whose capability is not built yet is refused, never dropped."""
     values: dict[str, Any] = {
-        "logprobs": True,
-        "allowed_token_ids": [1],
         "response_format": {"type": "json_object"},
         "tools": [{"type": "function", "function": {"name": "f"}}],
         "return_sae_activations": {"top_k": 4},

@@ -9,7 +9,17 @@ from contextlib import contextmanager
 
 import llama_cpp
 
-from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, SteeringSource, Token
+from ..base import (
+    ChatPrompt,
+    ModelFacts,
+    Prefilled,
+    Rng,
+    SamplingParams,
+    Scored,
+    ScoreQuery,
+    SteeringSource,
+    Token,
+)
 from . import chat
 from .context import Context
 from .decoding import check_ids, decode
@@ -72,6 +82,9 @@ class LlamaCppEngine:
             size = -n
         raise RuntimeError("llama_detokenize did not fit its own size")
 
+    def token_text(self, token_id: int) -> str:
+        return self.decode([token_id])
+
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         return chat.render_chat(self._template, self._tokenize_rendered, prompt)
 
@@ -87,6 +100,10 @@ class LlamaCppEngine:
         if rng is not None:
             raise TypeError("the llama.cpp engine takes no rng (seeds are refused for GGUF)")
         return decode(self.context, prompt_ids, params)
+
+    def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
+        """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
+        raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:

@@ -11,16 +11,27 @@ from typing import cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..base import ChatPrompt, ModelFacts, Prefilled, Rng, SamplingParams, SteeringSource, Token
+from ..base import (
+    ChatPrompt,
+    ModelFacts,
+    Prefilled,
+    Rng,
+    SamplingParams,
+    Scored,
+    ScoreQuery,
+    SteeringSource,
+    Token,
+)
 from . import chat
 from .decoding import DecodeSettings, decode, decode_settings
 from .prefix import PrefixCache
 from .sampling import new_rng
+from .scoring import next_token_logits, scored
 from .steering import steered
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat", "seed", "steering"})
+CAPABILITIES = frozenset({"generate", "chat", "seed", "steering", "scoring"})
 
 
 class TransformersEngine:
@@ -72,6 +83,10 @@ class TransformersEngine:
         text = self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
         return cast(str, text)
 
+    def token_text(self, token_id: int) -> str:
+        text = self._tokenizer.decode([token_id], skip_special_tokens=False)
+        return cast(str, text)
+
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         return chat.render_chat(self._tokenizer, prompt)
 
@@ -86,6 +101,11 @@ class TransformersEngine:
         return decode(
             self.model, self._settings, self._prefix, prompt_ids, params, rng, self._steering_key
         )
+
+    def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
+        """One forward pass, no kept cache, no steering hook (OAI-SCORE-11, -33)."""
+        logits = next_token_logits(self.model, prompt_ids, self._settings.keeps_last_logits)
+        return scored(logits, query)
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
