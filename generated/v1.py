@@ -358,6 +358,12 @@ class Completion(BaseModel):
     system_fingerprint: str
     choices: list[CompletionChoice]
     usage: Usage
+    scoring_precision: Annotated[
+        Literal["native", "float32"] | None,
+        Field(
+            description="A scoring request's precision, present only when the request sent it."
+        ),
+    ] = None
 
 
 class CompletionChunk(BaseModel):

@@ -70,6 +70,18 @@ class Settings:
         'The dial\'s "max" and cap for a profile that declares no intensity_range '
         "(OAI-DIAL-07); within [0, 2].",
     )
+    scoring_float32_device: str = _knob(
+        "auto",
+        "SCORING_FLOAT32_DEVICE",
+        None,
+        "Where a float32 scoring copy goes: auto (the model's device), cpu, or cuda[:N].",
+    )
+    scoring_float32_headroom_mb: int = _knob(
+        512,
+        "SCORING_FLOAT32_HEADROOM_MB",
+        None,
+        "Memory a float32 scoring copy must leave free on its device, in MiB.",
+    )
     queue_max_waiting: int = _knob(
         16,
         "QUEUE_MAX_WAITING",

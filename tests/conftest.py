@@ -103,3 +103,34 @@ def steer_settings(tmp_path: Path, saes_dir: Path) -> Settings:
         model=MODEL_ID,
         queue_heartbeat=0.2,
     )
+
+
+BF16_MODEL_ID = "SmolLM2-135M-Instruct-bf16"
+
+
+@pytest.fixture(scope="session")
+def bf16_models_dir(gguf_path: Path) -> Path:
+    """A models dir holding SmolLM2 saved in bfloat16 (built once into the cache, atomically)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from miserver.engines.transformers.conversion import cached_hf_folder
+
+    models = cache_dir() / "test-models-bf16"
+    folder = models / BF16_MODEL_ID
+    if not (folder / "config.json").is_file():
+        source = cached_hf_folder(gguf_path, cache_dir(), lambda _: None)
+        models.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".bf16-", dir=models))
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
+            model.save_pretrained(staging)
+            AutoTokenizer.from_pretrained(source).save_pretrained(staging)
+            staging.chmod(0o755)
+            staging.rename(folder)
+        except OSError:
+            if not folder.is_dir():
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return models

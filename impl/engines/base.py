@@ -67,6 +67,7 @@ class ScoreQuery:
     temperature: float = 0.0
     allowed: tuple[int, ...] | None = None
     alternatives: int = 0
+    precision: str = "native"  # or "float32": a float32 copy of the model (OAI-F32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,14 @@ class Scored:
 
     best: tuple[int, float]
     alternatives: tuple[tuple[int, float], ...]
+
+
+class PrecisionUnavailable(RuntimeError):
+    """Float32 scoring cannot be served; `reason` is one of OAI-F32's reason tokens."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class NonFiniteLogits(ArithmeticError):

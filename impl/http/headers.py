@@ -12,6 +12,8 @@ MODEL = "X-miLLM-Model"
 SEED = "X-miLLM-Seed"
 STEERING = "X-miLLM-Steering"
 STEERING_INTENSITY = "X-miLLM-Steering-Intensity"
+SCORING_PRECISION = "X-miLLM-Scoring-Precision"
+SCORING_PRECISION_REASON = "X-miLLM-Scoring-Precision-Reason"
 
 _STRICT_VALUES = {"true": True, "1": True, "false": False, "0": False}
 

@@ -29,6 +29,7 @@ from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
 from ..engines.llamacpp import load_llamacpp_engine
 from ..engines.transformers import load_transformers_engine
 from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
+from ..engines.transformers.float32 import Float32Settings
 from ..http.errors import ApiError
 from ..settings import Settings
 from .memory import available_mib, needed_mib
@@ -48,6 +49,11 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
         cache_dir=settings.cache_dir,
         threads=settings.threads,
         owned_by=entry.owned_by,
+        float32=Float32Settings(
+            device=settings.scoring_float32_device,
+            headroom_mib=settings.scoring_float32_headroom_mb,
+            available_mib=lambda: available_mib(settings.memory_budget_mb),
+        ),
     )
 
 

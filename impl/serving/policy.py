@@ -38,7 +38,9 @@ def matrix() -> Matrix:
 
 def is_no_change(name: str, value: Any) -> bool:
     """True for null and for the field's documented no-change values."""
-    return value is None or value in matrix().no_change.get(name, ())
+    # Type-aware: `logprobs: 0` (an int, scoring mode) is not the no-change `false`.
+    values = matrix().no_change.get(name, ())
+    return value is None or any(value == v and type(value) is type(v) for v in values)
 
 
 def decide(rule: Rule, engine: str, capabilities: frozenset[str]) -> str:

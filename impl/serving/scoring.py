@@ -26,6 +26,14 @@ from ..http.errors import ApiError, FieldNotHonoured, InvalidParameter
 
 MIN_TEMPERATURE = 0.001
 UNSTEERED_FIELDS = ("profile", "steering_intensity", "steering", "response_format", "tools")
+UNUSED_FIELDS = (
+    "top_p",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stream_options",
+)  # no effect on one scored token (OAI-SCORE-14): reported as unused (OAI-VALID-02)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +51,10 @@ class ScoringAsk:
         count = self.alternatives
         if endpoint == "completions" and self.allowed is not None:
             count = max(count, len(self.allowed))
-        return ScoreQuery(temperature, self.allowed, count if self.logprobs else 0)
+        allowed = None if self.allowed is None else tuple(dict.fromkeys(self.allowed))
+        return ScoreQuery(
+            temperature, allowed, count if self.logprobs else 0, self.precision or "native"
+        )
 
 
 def _refuse(code: str, param: str, message: str) -> ApiError:
@@ -72,6 +83,11 @@ def scoring_ask(endpoint: str, raw: Any) -> ScoringAsk | None:
         as_ids=bool(raw.return_tokens_as_token_ids),
         precision=raw.scoring_precision,
     )
+
+
+def unused_fields(body: Mapping[str, Any]) -> list[str]:
+    """Fields a scoring request sends that scoring does not use."""
+    return [name for name in UNUSED_FIELDS if body.get(name) is not None]
 
 
 def check_top_logprobs(endpoint: str, body: Mapping[str, Any]) -> None:
@@ -120,7 +136,7 @@ def _allowed(ids: Sequence[int] | None) -> tuple[int, ...] | None:
                 f"allowed_token_ids[{i}]",
                 f"Token id {token_id} is not in the model's vocabulary.",
             )
-    return tuple(dict.fromkeys(ids))
+    return tuple(ids)
 
 
 def check_vocabulary(ask: ScoringAsk, vocab_size: int) -> None:

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from ..engines.base import ChatPrompt, Engine, NonFiniteLogits, PromptError, Rng, SamplingParams
+from ..engines.base import (
+    ChatPrompt,
+    Engine,
+    NonFiniteLogits,
+    PrecisionUnavailable,
+    PromptError,
+    Rng,
+    SamplingParams,
+)
 from ..http import headers as hdr
 from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
@@ -38,6 +46,7 @@ from .scoring import (
     check_mode,
     check_top_logprobs,
     check_vocabulary,
+    unused_fields,
 )
 
 log = logging.getLogger(__name__)
@@ -150,6 +159,14 @@ class CompletionService:
         check_top_logprobs(req.endpoint, raw)
         if req.scoring is None and raw.get("return_tokens_as_token_ids") is True:
             ignored.append("return_tokens_as_token_ids")  # keys nothing outside scoring mode
+        if req.scoring is None and raw.get("scoring_precision") == "float32":
+            raise InvalidParameter(
+                "scoring_precision",
+                'scoring_precision "float32" applies to scoring requests only '
+                "(logprobs or allowed_token_ids, max_tokens: 1).",
+            )
+        if req.scoring is not None:
+            ignored.extend(unused_fields(raw))
         if ignored and strict:
             raise hdr.refuse_unused(ignored)
         headers = {hdr.MODEL: entry.model_id}
@@ -157,7 +174,7 @@ class CompletionService:
             log.warning("request_fields_unused: %s", ", ".join(ignored))
             value = hdr.ignored_fields(ignored, self._settings.ignored_fields_header_max_bytes)
             headers[hdr.IGNORED] = value or ""
-        if req.seed is not None:
+        if req.seed is not None and req.scoring is None:
             headers[hdr.SEED] = hdr.seed(req.seed, "request")
         if req.scoring is not None:
             check_mode(
@@ -265,7 +282,11 @@ class CompletionService:
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         usage = shapes.usage(sum(len(ids) for ids in plan.prompt_ids), len(choices))
         body = env.body(choices, usage, shapes.fingerprint(engine.facts))
-        return Reply(body, {**headers, hdr.STEERING: "none"})
+        headers = {**headers, hdr.STEERING: "none"}
+        if ask.precision is not None:  # echoed only when sent (OAI-F32-10..12)
+            body["scoring_precision"] = ask.precision
+            headers[hdr.SCORING_PRECISION] = ask.precision
+        return Reply(body, headers)
 
     def _scored(self, plan: Plan, engine: Engine, ask: ScoringAsk) -> list[dict[str, Any]]:
         """Blocking, in the engine's thread: score every prompt and shape its choice."""
@@ -281,6 +302,13 @@ class CompletionService:
                     "non_finite_logits",
                     f"The model produced non-finite logits for prompt {i}: {exc}.",
                     None,
+                ) from exc
+            except PrecisionUnavailable as exc:
+                raise ApiError(
+                    "scoring_precision_unavailable",
+                    f"float32 scoring cannot be served ({exc.reason}): {exc}.",
+                    "scoring_precision",
+                    headers={hdr.SCORING_PRECISION_REASON: exc.reason},
                 ) from exc
             chars = len(prompt.text) if isinstance(prompt, TextPrompt) else 0
             choices.append(reply.choice(i, result, chars))

@@ -24,6 +24,7 @@ from ..base import (
 )
 from . import chat
 from .decoding import DecodeSettings, decode, decode_settings
+from .float32 import Float32Copies, Float32Settings
 from .prefix import PrefixCache
 from .sampling import new_rng
 from .scoring import next_token_logits, scored
@@ -31,7 +32,7 @@ from .steering import steered
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat", "seed", "steering", "scoring"})
+CAPABILITIES = frozenset({"generate", "chat", "seed", "steering", "scoring", "scoring_float32"})
 
 
 class TransformersEngine:
@@ -43,6 +44,7 @@ class TransformersEngine:
         tokenizer: PreTrainedTokenizerBase,
         facts: ModelFacts,
         eos_ids: frozenset[int],
+        float32: Float32Settings | None = None,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
         self._model: PreTrainedModel | None = model
@@ -51,6 +53,7 @@ class TransformersEngine:
         self._settings: DecodeSettings = decode_settings(model, eos_ids)
         self._prefix = PrefixCache(model.config)
         self._steering_key: Hashable = ()
+        self._float32 = Float32Copies(float32 or Float32Settings())
 
     @property
     def facts(self) -> ModelFacts:
@@ -104,8 +107,11 @@ class TransformersEngine:
 
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """One forward pass, no kept cache, no steering hook (OAI-SCORE-11, -33)."""
-        logits = next_token_logits(self.model, prompt_ids, self._settings.keeps_last_logits)
-        return scored(logits, query)
+        keeps = self._settings.keeps_last_logits
+        if query.precision != "float32":
+            return scored(next_token_logits(self.model, prompt_ids, keeps), query)
+        with self._float32.model(self.model) as model:
+            return scored(next_token_logits(model, prompt_ids, keeps), query)
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:

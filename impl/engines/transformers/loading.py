@@ -19,6 +19,7 @@ from transformers import (
 from ..base import ModelFacts
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import TransformersEngine
+from .float32 import Float32Settings
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def load_transformers_engine(
     progress: Callable[[str], None] | None = None,
     owned_by: str = "local",
     threads: int = 0,
+    float32: Float32Settings | None = None,
 ) -> TransformersEngine:
     """Load the model at `path` (HF folder or `.gguf` file) on CPU.
 
@@ -51,7 +53,7 @@ def load_transformers_engine(
     model = AutoModelForCausalLM.from_pretrained(folder)
     facts = model_facts(model, tokenizer, folder, model_id=model_id, owned_by=owned_by)
     report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
-    return TransformersEngine(model, tokenizer, facts, eos_ids(model, tokenizer))
+    return TransformersEngine(model, tokenizer, facts, eos_ids(model, tokenizer), float32)
 
 
 def _reporter(progress: Callable[[str], None] | None) -> Callable[[str], None]:
