@@ -23,6 +23,52 @@ class ErrorResponse(BaseModel):
     error: Error
 
 
+class DecideRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    prefix: str
+    suffix: str
+    choices: list[str]
+    reuse_prefix: Annotated[bool | None, Field(description="Default true.")] = None
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    cancelled: bool
+    best: Annotated[
+        int | None,
+        Field(
+            description="The index of the highest choice_logp (null when cancelled)."
+        ),
+    ]
+    choice_logp: Annotated[
+        list[float | None],
+        Field(
+            description="Per choice, in request order, the log-probability of its first token over the whole vocabulary; null for minus infinity."
+        ),
+    ]
+    n_tokens: int
+    n_reused: int
+    n_prefilled: int
+    restore_s: float
+    store_s: float
+    prefill_s: float
+    prefill_cpu_s: float
+    prefill_read_mib: float
+    prefill_io_s: float
+    prefill_stall_s: float
+    prefill_mgmt_s: float
+    prefill_dev_tokens: int
+    prefill_dev_read_mib: float
+    prefill_dev_stall_s: float
+    prefill_dev_routed: int
+    prefill_dev_demand: int
+    prefix_state_mib: float
+
+
 class Feature(BaseModel):
     model_config = ConfigDict(
         extra="allow",

@@ -282,6 +282,55 @@ class AssistantMessage(BaseModel):
     content: Annotated[str | None, Field(...)]
 
 
+class Byte(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=255)]
+
+
+class TokenLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    token: Annotated[
+        str,
+        Field(
+            description="The token's text, or `token_id:<id>` with return_tokens_as_token_ids."
+        ),
+    ]
+    logprob: float
+    bytes: Annotated[
+        list[Byte], Field(description="The UTF-8 bytes of the token's decoded text.")
+    ]
+
+
+class ContentItem(TokenLogprob):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    top_logprobs: list[TokenLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    content: list[ContentItem]
+    refusal: str | None = None
+
+
+class TextOffsetItem(RootModel[int]):
+    root: Annotated[int, Field(ge=0)]
+
+
+class CompletionLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[TextOffsetItem]
+
+
 class ChatChoice(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -289,7 +338,7 @@ class ChatChoice(BaseModel):
     index: Annotated[int, Field(ge=0)]
     message: AssistantMessage
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter"]
-    logprobs: dict[str, Any] | None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -344,7 +393,7 @@ class CompletionChoice(BaseModel):
     index: Annotated[int, Field(ge=0)]
     text: str
     finish_reason: Annotated[Literal["stop", "length"] | None, Field(...)]
-    logprobs: dict[str, Any] | None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):

@@ -24,6 +24,7 @@ from .http.errors import ApiError, internal_error
 from .http.validation import OpenAIBodyValidator, OpenAIParameterValidator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
+from .serving.decide import Decider
 from .serving.scheduler import Scheduler
 from .serving.service import CompletionService
 from .settings import Settings
@@ -53,6 +54,7 @@ class ServerState:
     completions: CompletionService
     steering: LiveSteering
     admin: SteeringAdmin
+    decider: Decider
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -154,7 +156,8 @@ class Server:
         )
         service = CompletionService(settings, manager, scheduler, self._executor, live)
         admin = SteeringAdmin(live, manager)
-        self.state = ServerState(settings, manager, scheduler, service, live, admin)
+        decider = Decider(manager, scheduler, self._executor)
+        self.state = ServerState(settings, manager, scheduler, service, live, admin, decider)
         self._app = build_connexion()
 
     def launch_model_id(self) -> str | None:

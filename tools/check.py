@@ -1,7 +1,7 @@
 """Everything CI runs, behind one command: `python -m tools.check`.
 
 ruff format --check, ruff check, mypy (strict on impl/), the layering
-check, the codegen check, then pytest (warnings are errors). Stops at the
+check, the codegen and published-schema checks, then pytest (warnings are errors). Stops at the
 first failing step and exits with its status.
 """
 
@@ -20,6 +20,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("types", [PY, "-m", "tools.typecheck"]),
     ("layering", [PY, "-m", "tools.layering"]),
     ("codegen", [PY, "-m", "tools.codegen", "--check"]),
+    ("schemas", [PY, "-m", "tools.schemas", "--check"]),
     ("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]),
 ]
 

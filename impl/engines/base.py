@@ -82,6 +82,28 @@ class Scored:
     alternatives: tuple[tuple[int, float], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One decision (LOC-DECIDE): the choices' first-token log-probabilities and what it cost.
+
+    `logps[i]` is the log-probability of choice i's first token over the whole
+    vocabulary (None for minus infinity); `n_reused` tokens came from the kept
+    prefix state, `n_prefilled` ran now. Times are seconds; `prefill_cpu_s`
+    is process CPU time. `prefix_state_mib` is the size of the state kept.
+    """
+
+    cancelled: bool
+    logps: tuple[float | None, ...]
+    n_tokens: int
+    n_reused: int
+    n_prefilled: int
+    restore_s: float
+    store_s: float
+    prefill_s: float
+    prefill_cpu_s: float
+    prefix_state_mib: float
+
+
 class PrecisionUnavailable(RuntimeError):
     """Float32 scoring cannot be served; `reason` is one of OAI-F32's reason tokens."""
 
@@ -178,6 +200,28 @@ class Engine(Protocol):
 
         Blocking. Raises NonFiniteLogits (OAI-SCORE-22..25). Only engines with
         the `scoring` capability implement it.
+        """
+        ...
+
+    def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
+        """Ids of `prefix + suffix` as one user message (reasoning off), and how many
+        leading ids the prefix alone determines."""
+        ...
+
+    def decide(
+        self,
+        prompt_ids: Sequence[int],
+        prefix_length: int,
+        choice_ids: Sequence[int],
+        reuse: bool,
+        cancel: Any,
+    ) -> Decision:
+        """One prefill, no decode: the choices' first tokens' log-probabilities.
+
+        Blocking. With `reuse`, the state after the first `prefix_length` ids
+        is kept and restored for a later prompt that starts with them.
+        `cancel` (a threading.Event) stops it between prefill chunks. Only
+        engines with the `decide` capability implement it.
         """
         ...
 

@@ -25,6 +25,7 @@ class Ticket:
     )
     released: bool = False
     halt: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 class Scheduler:
@@ -79,6 +80,13 @@ class Scheduler:
         """Ask the request holding the slot to stop at its next token."""
         if self._holder is not None:
             self._holder.halt.set()
+
+    def cancel_holder(self) -> bool:
+        """`POST /api/cancel`: ask the work holding the slot to stop; False if none holds it."""
+        if self._holder is None:
+            return False
+        self._holder.cancel.set()
+        return True
 
     def leave(self, ticket: Ticket) -> None:
         """Give up the place or the slot; idempotent."""

@@ -101,7 +101,9 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
     assert facts.context_length == 8192
     assert facts.vocab_size == 49152
     assert facts.has_chat_template
-    assert engine.capabilities == frozenset({"generate", "chat", "seed", "steering", "scoring", "scoring_float32"})
+    assert engine.capabilities == frozenset(
+        {"generate", "chat", "seed", "steering", "scoring", "scoring_float32", "decide"}
+    )
 
 
 def test_a_converted_folder_loads_as_a_plain_hf_folder(engine: TransformersEngine) -> None:

@@ -7,6 +7,8 @@ import importlib
 from pathlib import Path
 
 import yaml
+from jsonschema import Draft202012Validator
+from starlette.testclient import TestClient
 
 from miserver.http.errors import catalog
 from miserver.settings import documented
@@ -78,3 +80,39 @@ def test_every_setting_is_documented() -> None:
 def test_layering_holds() -> None:
     """generated/ imports nothing of ours; engines no HTTP; conformance/ nothing from impl/."""
     assert list(layering.violations()) == []
+
+
+def test_the_published_scoring_schema_is_current_and_served(bare_client: TestClient) -> None:
+    """OAI-F32-25: millm-scoring-api-v1.json is generated from the server's own definitions
+    (tools/schemas.py over spec/openapi/v1.yaml), and the server serves exactly that file."""
+    from tools import schemas
+
+    assert schemas.OUT.read_text(encoding="utf-8") == schemas.build()
+    served = bare_client.get("/api/schemas/millm-scoring-api-v1.json")
+    assert served.status_code == 200 and served.text == schemas.build()
+    document = served.json()
+    Draft202012Validator.check_schema(document)
+    completion = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 0,
+        "model": "m",
+        "system_fingerprint": "millm:m@r:float32/none:transformers",
+        "choices": [
+            {
+                "index": 0,
+                "text": " Paris",
+                "finish_reason": "length",
+                "logprobs": {
+                    "tokens": [" Paris"],
+                    "token_logprobs": [-0.2],
+                    "top_logprobs": [{" Paris": -0.2}],
+                    "text_offset": [24],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        "scoring_precision": "float32",
+    }
+    schema = {**document, "$ref": "#/$defs/Completion"}
+    Draft202012Validator(schema).validate(completion)

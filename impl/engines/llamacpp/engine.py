@@ -6,11 +6,13 @@ import ctypes
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import llama_cpp
 
 from ..base import (
     ChatPrompt,
+    Decision,
     ModelFacts,
     Prefilled,
     Rng,
@@ -104,6 +106,20 @@ class LlamaCppEngine:
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
         raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
+
+    def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
+        raise NotImplementedError("the llama.cpp engine does not decide yet")
+
+    def decide(
+        self,
+        prompt_ids: Sequence[int],
+        prefix_length: int,
+        choice_ids: Sequence[int],
+        reuse: bool,
+        cancel: Any,
+    ) -> Decision:
+        """Not on llama.cpp yet: decisions are refused before they reach the engine."""
+        raise NotImplementedError("the llama.cpp engine does not decide yet")
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:

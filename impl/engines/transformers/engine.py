@@ -6,13 +6,14 @@ import gc
 import logging
 from collections.abc import Generator, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import cast
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..base import (
     ChatPrompt,
+    Decision,
     ModelFacts,
     Prefilled,
     Rng,
@@ -22,7 +23,7 @@ from ..base import (
     SteeringSource,
     Token,
 )
-from . import chat
+from . import chat, deciding
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
 from .prefix import PrefixCache
@@ -32,7 +33,9 @@ from .steering import steered
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat", "seed", "steering", "scoring", "scoring_float32"})
+CAPABILITIES = frozenset(
+    {"generate", "chat", "seed", "steering", "scoring", "scoring_float32", "decide"}
+)
 
 
 class TransformersEngine:
@@ -52,6 +55,7 @@ class TransformersEngine:
         self._facts = facts
         self._settings: DecodeSettings = decode_settings(model, eos_ids)
         self._prefix = PrefixCache(model.config)
+        self._decisions = PrefixCache(model.config)  # the kept decide prefix (deciding.py)
         self._steering_key: Hashable = ()
         self._float32 = Float32Copies(float32 or Float32Settings())
 
@@ -113,6 +117,44 @@ class TransformersEngine:
         with self._float32.model(self.model) as model:
             return scored(next_token_logits(model, prompt_ids, keeps), query)
 
+    def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
+        """Ids of `prefix + suffix` as one user message (reasoning off), and how many of
+        them the prefix alone determines (the state worth keeping)."""
+        prompt = ChatPrompt(
+            ({"role": "user", "content": prefix + suffix},), {"enable_thinking": False}
+        )
+        text = chat.render_text(self._tokenizer, prompt)
+        ids = chat.tokenize_rendered(self._tokenizer, text)
+        at = text.find(prefix + suffix)
+        if at < 0 or not prefix:
+            return ids, 0
+        head = chat.tokenize_rendered(self._tokenizer, text[: at + len(prefix)])
+        shared = 0
+        for a, b in zip(head, ids, strict=False):
+            if a != b:
+                break
+            shared += 1
+        return ids, max(0, min(shared, len(head) - 1))  # the last head token may merge on
+
+    def decide(
+        self,
+        prompt_ids: Sequence[int],
+        prefix_length: int,
+        choice_ids: Sequence[int],
+        reuse: bool,
+        cancel: Any,
+    ) -> Decision:
+        return deciding.decide(
+            self.model,
+            self._decisions,
+            prompt_ids,
+            prefix_length,
+            choice_ids,
+            reuse,
+            cancel,
+            self._settings.keeps_last_logits,
+        )
+
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
         """Generations started inside the block are steered; the KV prefix is kept per state.
@@ -130,8 +172,9 @@ class TransformersEngine:
                 self._prefix.close_kept()
 
     def close(self) -> None:
-        """Drop the model and the kept KV cache; a later call that needs the model fails."""
+        """Drop the model and the kept KV caches; a later call that needs the model fails."""
         self._prefix.close()
+        self._decisions.close()
         self._model = None
         gc.collect()
         logger.info("closed transformers engine for %s", self._facts.model_id)

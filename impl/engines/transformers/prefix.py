@@ -87,6 +87,10 @@ class PrefixCache:
                 return kept, length
         return Held(DynamicCache(config=self._config), key=key), 0
 
+    def fresh(self) -> Held:
+        """An empty cache, leaving the kept one where it is."""
+        return Held(DynamicCache(config=self._config))
+
     def give_back(self, held: Held) -> None:
         """Keep `held` for the next generation, unless it is torn or the engine closed."""
         with self._lock:

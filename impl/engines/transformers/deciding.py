@@ -1,0 +1,108 @@
+"""Decisions (LOC-DECIDE): one chunked prefill, no decode, a kept prefix state.
+
+The engine keeps a second KV cache for decisions (not the generation one, so
+chats in between do not evict it), holding exactly the prompt's prefix: after
+a decision it is cropped back to the prefix length. A decision with
+`reuse_prefix: false` prefills in full on a cache of its own and leaves the
+kept one alone. A later prompt that
+starts with those ids restores it and prefills only the rest (LOC-DECIDE-06).
+The prompt runs in chunks so that a cancel lands between two of them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from ..base import Decision
+from .prefix import Held, PrefixCache
+
+CHUNK_TOKENS = 256
+MIB = 1 << 20
+
+
+def _state_mib(cache: DynamicCache) -> float:
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total / MIB
+
+
+def decide(
+    model: PreTrainedModel,
+    kept: PrefixCache,
+    prompt_ids: Sequence[int],
+    prefix_length: int,
+    choice_ids: Sequence[int],
+    reuse: bool,
+    cancel: threading.Event,
+    keeps_last: bool = True,
+) -> Decision:
+    """Prefill `prompt_ids` (less the kept prefix) in chunks; score the choices' first ids."""
+    extra = {"logits_to_keep": 1} if keeps_last else {}
+    started = time.perf_counter()
+    held, reused = kept.take(prompt_ids, reuse=True) if reuse else (kept.fresh(), 0)
+    restore_s = time.perf_counter() - started
+    rest = list(prompt_ids[reused:])
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    logits: torch.Tensor | None = None
+    try:
+        while rest:
+            if cancel.is_set():
+                break
+            chunk, rest = rest[:CHUNK_TOKENS], rest[CHUNK_TOKENS:]
+            with torch.inference_mode():
+                logits = held.feed(model, chunk, extra)
+        prefill_s, prefill_cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+        store0 = time.perf_counter()
+        state_mib = _keep(kept, held, prefix_length) if reuse else 0.0
+        store_s = time.perf_counter() - store0
+    except BaseException:
+        if reuse:
+            held.torn = True
+            kept.give_back(held)
+        raise
+    cancelled = logits is None or bool(rest)
+    logps: tuple[float | None, ...] = ()
+    if not cancelled and logits is not None:
+        table = torch.log_softmax(logits.double(), dim=-1)
+        logps = tuple(_finite(float(table[i])) for i in choice_ids)
+    n_prefilled = len(prompt_ids) - reused - len(rest)
+    return Decision(
+        cancelled=cancelled,
+        logps=logps,
+        n_tokens=reused + n_prefilled,
+        n_reused=reused,
+        n_prefilled=n_prefilled,
+        restore_s=restore_s,
+        store_s=store_s,
+        prefill_s=prefill_s,
+        prefill_cpu_s=prefill_cpu_s,
+        prefix_state_mib=state_mib,
+    )
+
+
+def _keep(kept: PrefixCache, held: Held, length: int) -> float:
+    """Keep `held` cropped to its first `length` tokens (nothing when 0); the kept MiB."""
+    if length <= 0 or len(held.ids) < length:
+        held.torn = True
+        kept.give_back(held)
+        return 0.0
+    if len(held.ids) > length:
+        with torch.inference_mode():
+            held.cache.crop(length - len(held.ids))  # a negative count removes tokens
+        del held.ids[length:]
+    kept.give_back(held)
+    return _state_mib(held.cache)
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) and value < 0 else value

@@ -1,0 +1,18 @@
+"""Handlers of the `decide` tag (/api/decide)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from ..generated import api
+from .common import parse, state
+
+
+async def decide(body: dict[str, Any]) -> JSONResponse:
+    """POST /api/decide."""
+    req = parse(api.DecideRequest, body)
+    reuse = True if req.reuse_prefix is None else req.reuse_prefix
+    answer = await state().decider.decide(req.prefix, req.suffix, req.choices, reuse)
+    return JSONResponse(answer)

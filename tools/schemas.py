@@ -1,0 +1,144 @@
+"""Publish the scoring contract as one JSON Schema (2020-12) from spec/openapi/v1.yaml.
+
+    python -m tools.schemas           # write spec/schemas/millm-scoring-api-v1.json
+    python -m tools.schemas --check   # exit 1 when the file is stale
+
+The server routes and validates with v1.yaml; this tool lifts the scoring
+request (completion and chat), response and refusal schemas out of it,
+turns OpenAPI 3.0's `nullable` into JSON Schema types, and writes them
+under `$defs`. The server serves the file at
+`GET /api/schemas/millm-scoring-api-v1.json`, and a test checks that what it
+serves is this tool's output (OAI-F32-25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "spec" / "openapi" / "v1.yaml"
+OUT = ROOT / "spec" / "schemas" / "millm-scoring-api-v1.json"
+NAME = "millm-scoring-api-v1.json"
+ROOTS = {
+    "completion_request": "CompletionRequest",
+    "chat_request": "ChatCompletionRequest",
+    "completion_response": "Completion",
+    "chat_response": "ChatCompletion",
+    "refusal": "ErrorResponse",
+}
+REFUSAL_CODES = [
+    "invalid_scoring_request",
+    "field_not_honoured",
+    "invalid_parameter",
+    "context_length_exceeded",
+    "model_not_found",
+    "non_finite_logits",
+    "scoring_precision_unavailable",
+]
+PRECISION_REASONS = ["model_not_float32_castable", "memory", "device", "busy"]
+
+log = logging.getLogger("schemas")
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            yield ref.rsplit("/", 1)[-1]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _needed(schemas: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    todo = list(ROOTS.values())
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.append(name)
+            todo.extend(_refs(schemas[name]))
+    return sorted(seen)
+
+
+def _convert(node: Any) -> Any:
+    """OpenAPI 3.0 schema -> JSON Schema 2020-12 (refs to $defs, nullable to null types)."""
+    if isinstance(node, list):
+        return [_convert(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _convert(v) for k, v in node.items() if k != "nullable"}
+    if "$ref" in out:
+        out["$ref"] = "#/$defs/" + out["$ref"].rsplit("/", 1)[-1]
+    if node.get("nullable"):
+        if isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+            if "enum" in out:
+                out["enum"] = [*out["enum"], None]
+        else:
+            out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def build() -> str:
+    spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
+    schemas = spec["components"]["schemas"]
+    defs = {name: _convert(schemas[name]) for name in _needed(schemas)}
+    document = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": NAME,
+        "title": "miLLM scoring API v1",
+        "description": (
+            "Scoring mode of /v1/completions and /v1/chat/completions: next-token "
+            "log-probabilities instead of text (OAI-SCORE, OAI-CSCORE, OAI-F32). Generated "
+            "from miserver's spec/openapi/v1.yaml by tools/schemas.py."
+        ),
+        "version": spec["info"]["version"],
+        "type": "object",
+        "properties": {key: {"$ref": f"#/$defs/{name}"} for key, name in ROOTS.items()},
+        "$defs": {
+            **defs,
+            "RefusalCode": {"type": "string", "enum": REFUSAL_CODES},
+            "ScoringPrecisionReason": {
+                "type": "string",
+                "enum": PRECISION_REASONS,
+                "description": (
+                    "X-miLLM-Scoring-Precision-Reason of a 409 scoring_precision_unavailable."
+                ),
+            },
+        },
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    text = build()
+    current = OUT.read_text(encoding="utf-8") if OUT.is_file() else None
+    if args.check:
+        if current != text:
+            log.error("%s is stale: run python -m tools.schemas", OUT.relative_to(ROOT))
+            return 1
+        log.info("%s is current", OUT.relative_to(ROOT))
+        return 0
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text, encoding="utf-8")
+    log.info("wrote %s", OUT.relative_to(ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
