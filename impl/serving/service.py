@@ -273,6 +273,14 @@ class CompletionService:
         """One unsteered forward pass per prompt; nothing generated (OAI-SCORE, OAI-CSCORE)."""
         ticket, engine = await self._slot_with_model(plan.entry)
         try:
+            if plan.request.endpoint == "chat" and not engine.facts.has_chat_template:
+                raise ApiError(
+                    "no_chat_template",
+                    f"`{plan.entry.model_id}` has no chat template, so chat scoring has no "
+                    "prompt to score (generation falls back to a generic template; a judge's "
+                    "probabilities must not). Score the rendered text on /v1/completions.",
+                    "messages",
+                )
             check_vocabulary(ask, engine.facts.vocab_size)
             await self._prepare(plan, engine)
             loop = asyncio.get_running_loop()

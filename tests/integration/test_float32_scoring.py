@@ -158,3 +158,27 @@ def test_a_float32_model_is_scored_as_it_is(
     response = score(client, MODEL_ID, scoring_precision="float32")
     assert response.status_code == 200
     assert top(response) == top(score(client, MODEL_ID))
+
+
+def test_chat_scoring_without_a_chat_template_is_refused(
+    tmp_path: Path, bf16_models_dir: Path
+) -> None:
+    """OAI-CSCORE-12, OAI-TOKIDS-08: chat scoring needs the model's own template (generation
+    falls back to a generic one, OAI-TOKIDS-07; scoring does not)."""
+    models = tmp_path / "models"
+    bare = models / "NoTemplate"
+    bare.mkdir(parents=True)
+    for item in (bf16_models_dir / BF16_MODEL_ID).iterdir():
+        if item.name != "chat_template.jinja":
+            (bare / item.name).symlink_to(item)
+    settings = Settings(
+        data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=models, model="NoTemplate"
+    )
+    with TestClient(Server(settings), raise_server_exceptions=False) as client:
+        chat = {"model": "NoTemplate", "messages": [{"role": "user", "content": "Hi"}]}
+        scored = client.post(
+            "/v1/chat/completions", json={**chat, "max_tokens": 1, "logprobs": True}
+        )
+        error_of(scored, 400, "no_chat_template", "messages")
+        generated = client.post("/v1/chat/completions", json={**chat, "max_tokens": 2})
+        assert generated.status_code == 200
