@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .base import PromptError
+from .base import ChatPrompt, PromptError
 
 logger = logging.getLogger(__name__)
 
@@ -111,3 +111,29 @@ def without_double_bos(ids: Sequence[int], bos_id: int | None) -> list[int]:
     if bos_id is not None and len(ids) >= 2 and ids[0] == ids[1] == bos_id:
         return list(ids[1:])
     return list(ids)
+
+
+def decision_prompt(prefix: str, suffix: str) -> ChatPrompt:
+    """`prefix + suffix` as one user message, reasoning off (LOC-DECIDE-04/05)."""
+    return ChatPrompt(({"role": "user", "content": prefix + suffix},), {"enable_thinking": False})
+
+
+def prefix_length(
+    text: str, ids: Sequence[int], prefix: str, suffix: str, tokenize: Callable[[str], list[int]]
+) -> int:
+    """How many leading `ids` (the rendered `text`) the prefix alone determines.
+
+    The head of the render up to the prefix's end is tokenized on its own; the
+    ids it shares with the full render, less its last (which may merge with
+    what follows), are the state worth keeping.
+    """
+    at = text.find(prefix + suffix)
+    if at < 0 or not prefix:
+        return 0
+    head = tokenize(text[: at + len(prefix)])
+    shared = 0
+    for a, b in zip(head, ids, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return max(0, min(shared, len(head) - 1))

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 from starlette.testclient import TestClient
 
+from miserver.app import Server
 from miserver.engines.base import ChatPrompt, Decision
 from miserver.engines.transformers import TransformersEngine
 from miserver.serving.decide import answer
+from miserver.settings import Settings
+from tests.conftest import cache_dir
 from tests.integration.test_refusals import error_of
 
 pytestmark = pytest.mark.model
@@ -131,3 +135,29 @@ def test_minus_infinity_is_null_and_best_skips_it() -> None:
     decision = Decision(False, (None, -2.0, -0.5), 3, 0, 3, 0.0, 0.0, 0.1, 0.1, 0.0)
     got = answer(decision)
     assert got["choice_logp"] == [None, -2.0, -0.5] and got["best"] == 2
+
+
+@pytest.fixture(scope="module")
+def gguf_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The default server: SmolLM2's GGUF on llama.cpp."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("decide-gguf"), cache_dir=cache_dir())
+    with TestClient(Server(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+def test_decide_on_llama_cpp_keeps_its_prefix_state_across_a_chat(gguf_client: TestClient) -> None:
+    """LOC-DECIDE-06 on the GGUF engine: the saved prefix state survives a chat turn in
+    between and gives the answer a full prefill gives; every key is there."""
+    first = decide(gguf_client, "\nIs the sky blue? Answer yes or no.")
+    assert first.status_code == 200, first.text
+    assert list(first.json()) == KEYS and first.json()["prefix_state_mib"] > 0
+    chat = {"model": "SmolLM2-135M-Instruct:Q4_1", "messages": [{"role": "user", "content": "Hi"}]}
+    assert gguf_client.post("/v1/chat/completions", json={**chat, "max_tokens": 4}).is_success
+    warm = decide(gguf_client, "\nIs grass red? Answer yes or no.").json()
+    assert warm["n_reused"] > 100 and warm["n_prefilled"] < 40
+    _, engine = gguf_client.app.state.manager.resident  # type: ignore[attr-defined]
+    engine.context.llama.reset()  # nothing to reuse: a full prefill
+    cold = decide(gguf_client, "\nIs grass red? Answer yes or no.", reuse_prefix=False).json()
+    assert cold["n_reused"] == 0
+    assert warm["choice_logp"] == pytest.approx(cold["choice_logp"], abs=2e-3)
+    assert warm["n_tokens"] == cold["n_tokens"] and warm["best"] == cold["best"]

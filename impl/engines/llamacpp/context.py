@@ -69,6 +69,16 @@ class Context:
         llama.eval(ids[reused:])
         return reused
 
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
+        """Keep what the cache shares with `ids` (at most all but the last); the count."""
+        if self._closed:
+            raise RuntimeError("the llama.cpp context is closed")
+        return self._keep_prefix(ids)
+
+    def forget_owner(self) -> None:
+        """Someone else (a decision) changed the cache: the next generation step re-holds."""
+        self._owner = None
+
     def _keep_prefix(self, ids: Sequence[int]) -> int:
         """Drop what the cache holds past its common prefix with `ids` (< len(ids))."""
         llama = self.llama

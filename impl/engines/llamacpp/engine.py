@@ -6,6 +6,7 @@ import ctypes
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import llama_cpp
@@ -22,14 +23,16 @@ from ..base import (
     SteeringSource,
     Token,
 )
-from . import chat
+from ..chatmessages import decision_prompt, prefix_length
+from . import chat, deciding
 from .context import Context
+from .deciding import KeptPrefix
 from .decoding import check_ids, decode
 from .sampling import new_rng
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat"})
+CAPABILITIES = frozenset({"generate", "chat", "decide"})
 
 
 class LlamaCppEngine:
@@ -39,6 +42,7 @@ class LlamaCppEngine:
         self._context: Context | None = Context(llama)
         self._facts = facts
         self._template = template
+        self._kept: KeptPrefix | None = None  # the saved decide prefix state (deciding.py)
 
     @property
     def facts(self) -> ModelFacts:
@@ -108,7 +112,10 @@ class LlamaCppEngine:
         raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
 
     def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
-        raise NotImplementedError("the llama.cpp engine does not decide yet")
+        text = chat.render_text(self._template, decision_prompt(prefix, suffix))
+        ids = chat.tokenize_rendered(self._template, self._tokenize_rendered, text)
+        head = partial(chat.tokenize_rendered, self._template, self._tokenize_rendered)
+        return ids, prefix_length(text, ids, prefix, suffix, head)
 
     def decide(
         self,
@@ -118,8 +125,11 @@ class LlamaCppEngine:
         reuse: bool,
         cancel: Any,
     ) -> Decision:
-        """Not on llama.cpp yet: decisions are refused before they reach the engine."""
-        raise NotImplementedError("the llama.cpp engine does not decide yet")
+        check_ids(prompt_ids, self._facts.vocab_size)
+        decision, self._kept = deciding.decide(
+            self.context, self._kept, prompt_ids, prefix_length, choice_ids, reuse, cancel
+        )
+        return decision
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
@@ -133,5 +143,6 @@ class LlamaCppEngine:
         if self._context is None:
             return
         context, self._context = self._context, None
+        self._kept = None
         context.close()
         logger.info("closed llama.cpp engine for %s", self._facts.model_id)

@@ -6,6 +6,7 @@ import gc
 import logging
 from collections.abc import Generator, Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -23,6 +24,7 @@ from ..base import (
     SteeringSource,
     Token,
 )
+from ..chatmessages import decision_prompt, prefix_length
 from . import chat, deciding
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
@@ -118,23 +120,10 @@ class TransformersEngine:
             return scored(next_token_logits(model, prompt_ids, keeps), query)
 
     def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
-        """Ids of `prefix + suffix` as one user message (reasoning off), and how many of
-        them the prefix alone determines (the state worth keeping)."""
-        prompt = ChatPrompt(
-            ({"role": "user", "content": prefix + suffix},), {"enable_thinking": False}
-        )
-        text = chat.render_text(self._tokenizer, prompt)
+        text = chat.render_text(self._tokenizer, decision_prompt(prefix, suffix))
         ids = chat.tokenize_rendered(self._tokenizer, text)
-        at = text.find(prefix + suffix)
-        if at < 0 or not prefix:
-            return ids, 0
-        head = chat.tokenize_rendered(self._tokenizer, text[: at + len(prefix)])
-        shared = 0
-        for a, b in zip(head, ids, strict=False):
-            if a != b:
-                break
-            shared += 1
-        return ids, max(0, min(shared, len(head) - 1))  # the last head token may merge on
+        head = partial(chat.tokenize_rendered, self._tokenizer)
+        return ids, prefix_length(text, ids, prefix, suffix, head)
 
     def decide(
         self,
