@@ -92,12 +92,17 @@ def _message_fields(
     body: Mapping[str, Any], engine: str, capabilities: frozenset[str]
 ) -> Iterator[str]:
     rules = matrix().message
-    for i, message in enumerate(body.get("messages") or ()):
-        for name, value in message.items():
-            if name in rules and value is not None:
-                verdict = decide(rules[name], engine, capabilities)
-                if verdict in {"ignored", "pending"}:
-                    yield f"messages[{i}].{encode_name(name)}"
+    rows = [("messages", body.get("messages") or ())]
+    rows += [
+        (f"extra_messages[{k}]", row) for k, row in enumerate(body.get("extra_messages") or ())
+    ]
+    for where, messages in rows:
+        for i, message in enumerate(messages):
+            for name, value in message.items():
+                if name in rules and value is not None:
+                    verdict = decide(rules[name], engine, capabilities)
+                    if verdict in {"ignored", "pending"}:
+                        yield f"{where}[{i}].{encode_name(name)}"
 
 
 def undeclared(value: Any, schema: Schema, location: str = "") -> Iterator[str]:

@@ -118,10 +118,15 @@ def _message(message: v1.ChatMessage) -> dict[str, Any]:
 
 
 def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:
-    """A chat completion request from its generated model."""
-    messages = tuple(_message(m) for m in req.messages)
-    prompt = ChatPrompt(messages, dict(req.chat_template_kwargs or {}))
-    return _common("chat", req, (prompt,))
+    """A chat completion request: `messages`, then each `extra_messages` row, one prompt each."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    rows = [req.messages, *(req.extra_messages or ())]
+    prompts = tuple(ChatPrompt(tuple(_message(m) for m in _value(row)), kwargs) for row in rows)
+    if len(prompts) > 1 and req.stream:
+        raise InvalidParameter(
+            "extra_messages", "extra_messages (batched chat) cannot be combined with stream: true."
+        )
+    return _common("chat", req, prompts)
 
 
 def completion_request(req: v1.CompletionRequest) -> GenerationRequest:

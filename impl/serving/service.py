@@ -175,7 +175,8 @@ class CompletionService:
             value = hdr.ignored_fields(ignored, self._settings.ignored_fields_header_max_bytes)
             headers[hdr.IGNORED] = value or ""
         if req.seed is not None and req.scoring is None:
-            headers[hdr.SEED] = hdr.seed(req.seed, "request")
+            batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
+            headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
         if req.scoring is not None:
             check_mode(
                 raw,
@@ -212,18 +213,24 @@ class CompletionService:
 
     # -- prompt ----------------------------------------------------------------
 
-    def _ids(self, engine: Engine, prompt: Prompt) -> list[int]:
+    def _ids(self, engine: Engine, prompt: Prompt, row: int = 0) -> list[int]:
         if not isinstance(prompt, ChatPrompt):
             return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
         try:
             return engine.render_chat(prompt)
         except PromptError as exc:
-            raise InvalidParameter(exc.param, f"The messages cannot be rendered: {exc}") from exc
+            # Row 0 is `messages`; row k the (k-1)th `extra_messages` conversation (CSCORE-21).
+            param = (
+                exc.param
+                if row == 0
+                else exc.param.replace("messages", f"extra_messages[{row - 1}]", 1)
+            )
+            raise InvalidParameter(param, f"The messages cannot be rendered: {exc}") from exc
 
     async def _prepare(self, plan: Plan, engine: Engine) -> None:
         """Tokenize every prompt and fix its budget; refusals before any generation."""
         for i, prompt in enumerate(plan.request.prompts):
-            ids = await self._manager.tokenize(partial(self._ids, engine, prompt))
+            ids = await self._manager.tokenize(partial(self._ids, engine, prompt, i))
             if not ids:
                 where = "prompt" if plan.request.endpoint == "completions" else "messages"
                 code = (

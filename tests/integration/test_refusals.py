@@ -186,7 +186,6 @@ def test_completions_refuse_fields_they_cannot_honour(
         "response_format",
         "tools",
         "return_sae_activations",
-        "extra_messages",
     ],
 )
 def test_capabilities_not_landed_are_refused_not_dropped(
@@ -197,7 +196,6 @@ def test_capabilities_not_landed_are_refused_not_dropped(
         "response_format": {"type": "json_object"},
         "tools": [{"type": "function", "function": {"name": "f"}}],
         "return_sae_activations": {"top_k": 4},
-        "extra_messages": [USER],
     }
     body = {"model": MODEL_ID, "messages": USER, field: values[field]}
     error = error_of(

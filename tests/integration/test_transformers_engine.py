@@ -102,7 +102,16 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
     assert facts.vocab_size == 49152
     assert facts.has_chat_template
     assert engine.capabilities == frozenset(
-        {"generate", "chat", "seed", "steering", "scoring", "scoring_float32", "decide"}
+        {
+            "generate",
+            "chat",
+            "seed",
+            "steering",
+            "scoring",
+            "scoring_float32",
+            "decide",
+            "batched_chat",
+        }
     )
 
 

@@ -36,7 +36,7 @@ from .steering import steered
 logger = logging.getLogger(__name__)
 
 CAPABILITIES = frozenset(
-    {"generate", "chat", "seed", "steering", "scoring", "scoring_float32", "decide"}
+    {"generate", "chat", "seed", "steering", "scoring", "scoring_float32", "decide", "batched_chat"}
 )
 
 
