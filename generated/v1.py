@@ -204,6 +204,77 @@ class ChatCompletionRequest(BaseModel):
     normalize: bool | None = None
 
 
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
+    ]
+    input: Annotated[
+        str | list[str],
+        Field(
+            description="A string, or a list of strings (one vector each); never truncated."
+        ),
+    ]
+    encoding_format: Literal["float", "base64"] | None = None
+    pooling: Annotated[
+        Literal["mean", "last", "cls"] | None,
+        Field(
+            description="How the last hidden layer is reduced (default mean; GGUF serves mean only)."
+        ),
+    ] = None
+    normalize: bool | None = None
+    dimensions: int | None = None
+    user: str | None = None
+    n: int | None = None
+    seed: int | None = None
+    logprobs: Any | None = None
+    top_logprobs: int | None = None
+    allowed_token_ids: list[int] | None = None
+    response_format: dict[str, Any] | None = None
+    max_completion_tokens: int | None = None
+    profile: str | None = None
+    steering_intensity: Any | None = None
+    steering: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any | None = None
+    parallel_tool_calls: bool | None = None
+    logit_bias: dict[str, Any] | None = None
+    scoring_precision: Literal["native", "float32"] | None = None
+    return_sae_activations: dict[str, Any] | None = None
+
+
+class EmbeddingData(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["embedding"]
+    index: Annotated[int, Field(ge=0)]
+    embedding: Annotated[
+        list[float] | str,
+        Field(description="The vector, or base64 of its little-endian float32 bytes."),
+    ]
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    prompt_tokens: Annotated[int, Field(ge=0)]
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class EmbeddingList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[EmbeddingData]
+    model: str
+    usage: Usage
+
+
 class Prompt(RootModel[list[str]]):
     root: Annotated[list[str], Field(min_length=1)]
 
@@ -261,7 +332,7 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: Annotated[int | None, Field(ge=0)] = None
 
 
-class Usage(BaseModel):
+class Usage1(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
@@ -351,7 +422,7 @@ class ChatCompletion(BaseModel):
     model: str
     system_fingerprint: str
     choices: list[ChatChoice]
-    usage: Usage
+    usage: Usage1
 
 
 class ChunkDelta(BaseModel):
@@ -382,7 +453,7 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChatChunkChoice]
-    usage: Usage | None = None
+    usage: Usage1 | None = None
     millm_steering: str | None = None
 
 
@@ -406,7 +477,7 @@ class Completion(BaseModel):
     model: str
     system_fingerprint: str
     choices: list[CompletionChoice]
-    usage: Usage
+    usage: Usage1
     scoring_precision: Annotated[
         Literal["native", "float32"] | None,
         Field(
@@ -424,7 +495,7 @@ class CompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[CompletionChoice]
-    usage: Usage | None = None
+    usage: Usage1 | None = None
     millm_steering: str | None = None
 
 

@@ -25,6 +25,7 @@ from .http.validation import OpenAIBodyValidator, OpenAIParameterValidator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .serving.decide import Decider
+from .serving.embeddings import EmbeddingService
 from .serving.scheduler import Scheduler
 from .serving.service import CompletionService
 from .settings import Settings
@@ -55,6 +56,7 @@ class ServerState:
     steering: LiveSteering
     admin: SteeringAdmin
     decider: Decider
+    embeddings: EmbeddingService
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -157,7 +159,10 @@ class Server:
         service = CompletionService(settings, manager, scheduler, self._executor, live)
         admin = SteeringAdmin(live, manager)
         decider = Decider(manager, scheduler, self._executor)
-        self.state = ServerState(settings, manager, scheduler, service, live, admin, decider)
+        embeddings = EmbeddingService(settings, manager, scheduler, self._executor)
+        self.state = ServerState(
+            settings, manager, scheduler, service, live, admin, decider, embeddings
+        )
         self._app = build_connexion()
 
     def launch_model_id(self) -> str | None:

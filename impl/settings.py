@@ -82,6 +82,18 @@ class Settings:
         None,
         "Memory a float32 scoring copy must leave free on its device, in MiB.",
     )
+    embeddings_max_inputs: int = _knob(
+        256,
+        "EMBEDDINGS_MAX_INPUTS",
+        None,
+        "Most strings one /v1/embeddings request may hold (provisional; bounds a chat's wait).",
+    )
+    gguf_enable_embeddings: bool = _knob(
+        True,
+        "GGUF_ENABLE_EMBEDDINGS",
+        None,
+        "Load GGUF models able to embed (mean pooling); false refuses /v1/embeddings on them.",
+    )
     queue_max_waiting: int = _knob(
         16,
         "QUEUE_MAX_WAITING",
@@ -154,7 +166,17 @@ def documented() -> list[tuple[str, str, str | None, str]]:
     ]
 
 
+def _boolean(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"not a boolean: {raw!r} (use true or false)")
+
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
+    "bool": _boolean,
     "int": int,
     "float": float,
     "str": str,

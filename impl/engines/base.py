@@ -104,6 +104,10 @@ class Decision:
     prefix_state_mib: float
 
 
+class EmbeddingsDisabled(RuntimeError):
+    """The model was loaded unable to embed (GGUF_ENABLE_EMBEDDINGS=false)."""
+
+
 class PrecisionUnavailable(RuntimeError):
     """Float32 scoring cannot be served; `reason` is one of OAI-F32's reason tokens."""
 
@@ -201,6 +205,17 @@ class Engine(Protocol):
         Blocking. Raises NonFiniteLogits (OAI-SCORE-22..25). Only engines with
         the `scoring` capability implement it.
         """
+        ...
+
+    @property
+    def embedding_limit(self) -> int:
+        """Most tokens one embedding input may hold; 0 when the model states none."""
+        ...
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: str) -> Any:
+        """Blocking: one vector per input (a float32 array [n, width]) from the last hidden
+        layer, pooled `mean` / `last` / `cls` over every token (special ones included); no
+        steering hook is ever active while embedding."""
         ...
 
     def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:

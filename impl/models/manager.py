@@ -29,6 +29,7 @@ from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
 from ..engines.llamacpp import load_llamacpp_engine
 from ..engines.transformers import load_transformers_engine
 from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
+from ..engines.transformers.engine import ENCODER_CAPABILITIES
 from ..engines.transformers.float32 import Float32Settings
 from ..http.errors import ApiError
 from ..settings import Settings
@@ -49,6 +50,7 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
         cache_dir=settings.cache_dir,
         threads=settings.threads,
         owned_by=entry.owned_by,
+        encoder=entry.task == "embed",
         float32=Float32Settings(
             device=settings.scoring_float32_device,
             headroom_mib=settings.scoring_float32_headroom_mb,
@@ -63,6 +65,7 @@ def _load_gguf(entry: ModelEntry, settings: Settings) -> Engine:
         model_id=entry.model_id,
         threads=settings.threads,
         owned_by=entry.owned_by,
+        embeddings=settings.gguf_enable_embeddings,
     )
 
 
@@ -102,6 +105,8 @@ class ModelManager:
         return self.registry.resolve(model_id)
 
     def capabilities(self, entry: ModelEntry) -> frozenset[str]:
+        if entry.task == "embed":
+            return ENCODER_CAPABILITIES
         return ENGINES[entry.engine].capabilities
 
     def state(self, entry: ModelEntry) -> str:

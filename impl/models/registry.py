@@ -41,6 +41,7 @@ class ModelEntry:
     owned_by: str
     repo: str | None = None
     quantization: str | None = None
+    task: str = "generate"  # or "embed": an encoder that only embeds
 
 
 def embedded_default() -> Path:
@@ -70,6 +71,22 @@ def hf_quantization(folder: Path) -> str | None:
     return str(method) if method else None
 
 
+GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def hf_task(folder: Path) -> str:
+    """`embed` for an HF folder whose architectures are all encoders (BERT-style), else
+    `generate`."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "generate"
+    names = [str(a) for a in config.get("architectures") or ()]
+    if names and not any(a.endswith(GENERATIVE_SUFFIXES) for a in names):
+        return "embed"
+    return "generate"
+
+
 def _created(path: Path) -> int:
     return int(path.stat().st_mtime)
 
@@ -77,8 +94,10 @@ def _created(path: Path) -> int:
 def entries_for(path: Path, *, convert: bool = False) -> list[ModelEntry]:
     """The entries a path describes (none when it is no model)."""
     if path.is_dir() and (path / "config.json").is_file():
-        quant = hf_quantization(path)
-        return [ModelEntry(path.name, path, TRANSFORMERS, _created(path), "local", None, quant)]
+        quant, task = hf_quantization(path), hf_task(path)
+        return [
+            ModelEntry(path.name, path, TRANSFORMERS, _created(path), "local", None, quant, task)
+        ]
     if not (path.is_file() and path.suffix == ".gguf"):
         return []
     try:

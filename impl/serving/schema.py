@@ -10,7 +10,11 @@ from typing import Any
 
 import yaml
 
-REQUESTS = {"chat": "ChatCompletionRequest", "completions": "CompletionRequest"}
+REQUESTS = {
+    "chat": "ChatCompletionRequest",
+    "completions": "CompletionRequest",
+    "embeddings": "EmbeddingRequest",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ from .scoring import (
     check_vocabulary,
     unused_fields,
 )
+from .slots import slot_with_model
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,10 @@ class CompletionService:
         """Answer one chat or text completion request."""
         strict = hdr.strict_mode(request_headers)
         entry = self._manager.entry(req.model_id)
+        if "generate" not in self._manager.capabilities(entry):
+            raise InvalidParameter(
+                "model", f"`{entry.model_id}` is an embedding model: use /v1/embeddings."
+            )
         ignored = review(req.endpoint, raw, entry.engine, self._manager.capabilities(entry))
         check_top_logprobs(req.endpoint, raw)
         if req.scoring is None and raw.get("return_tokens_as_token_ids") is True:
@@ -332,29 +337,7 @@ class CompletionService:
     # -- non-streamed ------------------------------------------------------------
 
     async def _slot_with_model(self, entry: ModelEntry) -> tuple[Ticket, Engine]:
-        """Hold the slot with `entry` resident, switching models first if needed.
-
-        A switch is checked (quantization, memory) before it begins, goes ahead
-        of the queue, and waits for the running request up to
-        GRACEFUL_UNLOAD_TIMEOUT before halting it.
-        """
-        switch = self._manager.engine_if_resident(entry) is None
-        if switch:
-            self._manager.check_loadable(entry)
-        ticket = self._scheduler.enter(front=switch)
-        try:
-            if switch:
-                self._manager.begin_switch(entry)
-                grace = self._settings.graceful_unload_timeout
-                if not await self._scheduler.wait(ticket, grace):
-                    self._scheduler.halt_holder()
-            await self._scheduler.wait(ticket)
-            engine = await self._manager.ensure(entry)
-        except BaseException:
-            self._manager.abort_switch(entry)
-            self._scheduler.leave(ticket)
-            raise
-        return ticket, engine
+        return await slot_with_model(self._manager, self._scheduler, self._settings, entry)
 
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
         ticket, engine = await self._slot_with_model(plan.entry)

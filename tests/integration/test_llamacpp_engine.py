@@ -129,7 +129,11 @@ def test_facts_are_honest(engine: LlamaCppEngine) -> None:
     assert (facts.engine, facts.quantization, facts.dtype) == ("llama.cpp", "Q4_1", "unrecorded")
     assert (facts.context_length, facts.vocab_size) == (8192, 49152)
     assert facts.has_chat_template and facts.owned_by == "local"
-    assert engine.capabilities == CAPABILITIES == frozenset({"generate", "chat", "decide"})
+    assert (
+        engine.capabilities
+        == CAPABILITIES
+        == frozenset({"generate", "chat", "decide", "embeddings"})
+    )
 
 
 def test_unloadable_files_raise(tmp_path: Path) -> None:

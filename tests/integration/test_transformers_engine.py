@@ -111,6 +111,7 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
             "scoring_float32",
             "decide",
             "batched_chat",
+            "embeddings",
         }
     )
 

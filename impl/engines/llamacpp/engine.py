@@ -14,6 +14,7 @@ import llama_cpp
 from ..base import (
     ChatPrompt,
     Decision,
+    EmbeddingsDisabled,
     ModelFacts,
     Prefilled,
     Rng,
@@ -24,7 +25,7 @@ from ..base import (
     Token,
 )
 from ..chatmessages import decision_prompt, prefix_length
-from . import chat, deciding
+from . import chat, deciding, embedding
 from .context import Context
 from .deciding import KeptPrefix
 from .decoding import check_ids, decode
@@ -32,14 +33,22 @@ from .sampling import new_rng
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat", "decide"})
+CAPABILITIES = frozenset({"generate", "chat", "decide", "embeddings"})
 
 
 class LlamaCppEngine:
     """A GGUF model in one llama.cpp context, whose KV cache is kept across requests."""
 
-    def __init__(self, llama: llama_cpp.Llama, facts: ModelFacts, template: chat.ChatTemplate):
+    def __init__(
+        self,
+        llama: llama_cpp.Llama,
+        facts: ModelFacts,
+        template: chat.ChatTemplate,
+        *,
+        embeddings: bool = True,
+    ):
         self._context: Context | None = Context(llama)
+        self._embeddings = embeddings
         self._facts = facts
         self._template = template
         self._kept: KeptPrefix | None = None  # the saved decide prefix state (deciding.py)
@@ -110,6 +119,21 @@ class LlamaCppEngine:
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
         raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
+
+    @property
+    def embedding_limit(self) -> int:
+        """Most tokens one input may hold: min(context window, batch size) (OAI-EMB-19)."""
+        return embedding.limit(self.context)
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: str) -> Any:
+        """Mean-pooled vectors (GGUF models are loaded with mean pooling only)."""
+        if pooling != "mean":
+            raise ValueError(f"llama.cpp serves mean pooling only, not {pooling!r}")
+        if not self._embeddings:
+            raise EmbeddingsDisabled("GGUF_ENABLE_EMBEDDINGS=false: loaded unable to embed")
+        for ids in inputs:
+            check_ids(ids, self._facts.vocab_size)
+        return embedding.embed(self.context, inputs)
 
     def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
         text = chat.render_text(self._template, decision_prompt(prefix, suffix))

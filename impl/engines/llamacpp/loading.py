@@ -29,6 +29,7 @@ def load_llamacpp_engine(
     threads: int = 0,
     n_ctx: int = 0,
     owned_by: str = "local",
+    embeddings: bool = True,
 ) -> LlamaCppEngine:
     """Load the GGUF file at `path` on llama.cpp (CPU).
 
@@ -46,6 +47,11 @@ def load_llamacpp_engine(
         n_threads_batch=threads or None,
         logits_all=False,
         verbose=False,
+        pooling_type=(
+            llama_cpp.LLAMA_POOLING_TYPE_MEAN
+            if embeddings
+            else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED
+        ),
     )
     facts = ModelFacts(
         model_id=model_id,
@@ -65,7 +71,7 @@ def load_llamacpp_engine(
         facts.revision,
         facts.context_length,
     )
-    return LlamaCppEngine(llama, facts, chat_template(llama, header))
+    return LlamaCppEngine(llama, facts, chat_template(llama, header), embeddings=embeddings)
 
 
 def chat_template(llama: llama_cpp.Llama, header: gguf.GGUFFacts) -> ChatTemplate:

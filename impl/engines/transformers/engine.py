@@ -25,7 +25,7 @@ from ..base import (
     Token,
 )
 from ..chatmessages import decision_prompt, prefix_length
-from . import chat, deciding
+from . import chat, deciding, embedding
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
 from .prefix import PrefixCache
@@ -36,8 +36,19 @@ from .steering import steered
 logger = logging.getLogger(__name__)
 
 CAPABILITIES = frozenset(
-    {"generate", "chat", "seed", "steering", "scoring", "scoring_float32", "decide", "batched_chat"}
+    {
+        "generate",
+        "chat",
+        "seed",
+        "steering",
+        "scoring",
+        "scoring_float32",
+        "decide",
+        "batched_chat",
+        "embeddings",
+    }
 )
+ENCODER_CAPABILITIES = frozenset({"embeddings"})  # an encoder (BERT-style) only embeds
 
 
 class TransformersEngine:
@@ -50,6 +61,7 @@ class TransformersEngine:
         facts: ModelFacts,
         eos_ids: frozenset[int],
         float32: Float32Settings | None = None,
+        capabilities: frozenset[str] = CAPABILITIES,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
         self._model: PreTrainedModel | None = model
@@ -60,6 +72,7 @@ class TransformersEngine:
         self._decisions = PrefixCache(model.config)  # the kept decide prefix (deciding.py)
         self._steering_key: Hashable = ()
         self._float32 = Float32Copies(float32 or Float32Settings())
+        self._capabilities = capabilities
 
     @property
     def facts(self) -> ModelFacts:
@@ -67,7 +80,7 @@ class TransformersEngine:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return CAPABILITIES
+        return self._capabilities
 
     @property
     def model(self) -> PreTrainedModel:
@@ -118,6 +131,17 @@ class TransformersEngine:
             return scored(next_token_logits(self.model, prompt_ids, keeps), query)
         with self._float32.model(self.model) as model:
             return scored(next_token_logits(model, prompt_ids, keeps), query)
+
+    @property
+    def embedding_limit(self) -> int:
+        """The served context window (0: the model states none, OAI-EMB-19/22)."""
+        return self._facts.context_length
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: str) -> Any:
+        pad = self._tokenizer.pad_token_id
+        if pad is None:
+            pad = self._tokenizer.eos_token_id if self._tokenizer.eos_token_id is not None else 0
+        return embedding.embed(self.model, inputs, pooling, int(pad))
 
     def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
         text = chat.render_text(self._tokenizer, decision_prompt(prefix, suffix))

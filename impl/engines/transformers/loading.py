@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoModel,
     AutoModelForCausalLM,
     AutoTokenizer,
     PretrainedConfig,
@@ -18,7 +19,7 @@ from transformers import (
 
 from ..base import ModelFacts
 from .conversion import Provenance, cached_hf_folder, read_provenance
-from .engine import TransformersEngine
+from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def load_transformers_engine(
     owned_by: str = "local",
     threads: int = 0,
     float32: Float32Settings | None = None,
+    encoder: bool = False,
 ) -> TransformersEngine:
     """Load the model at `path` (HF folder or `.gguf` file) on CPU.
 
@@ -50,10 +52,13 @@ def load_transformers_engine(
         folder = cached_hf_folder(path, cache_dir, report)
     report(f"loading {model_id} from {folder}")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    model = (AutoModel if encoder else AutoModelForCausalLM).from_pretrained(folder)
     facts = model_facts(model, tokenizer, folder, model_id=model_id, owned_by=owned_by)
     report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
-    return TransformersEngine(model, tokenizer, facts, eos_ids(model, tokenizer), float32)
+    capabilities = ENCODER_CAPABILITIES if encoder else CAPABILITIES
+    return TransformersEngine(
+        model, tokenizer, facts, eos_ids(model, tokenizer), float32, capabilities
+    )
 
 
 def _reporter(progress: Callable[[str], None] | None) -> Callable[[str], None]:
