@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from functools import partial
@@ -26,12 +25,10 @@ from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import GGUF
 from ..settings import Settings
-from .policy import review
+from .policy import report_unused, review
 from .scheduler import Scheduler
 from .service import Reply
 from .slots import slot_with_model
-
-log = logging.getLogger(__name__)
 
 LISTED = 16  # over-limit inputs named in the message, then "N more" (OAI-EMB-21)
 DISABLED = (
@@ -115,14 +112,10 @@ class EmbeddingService:
         entry = self._manager.entry(req.model)
         capabilities = self._manager.capabilities(entry)
         ignored = review("embeddings", raw, entry.engine, capabilities)
-        if ignored and strict:
-            raise hdr.refuse_unused(ignored)
-        headers = {hdr.MODEL: entry.model_id}
-        if ignored:
-            log.warning("request_fields_unused: %s", ", ".join(ignored))
-            headers[hdr.IGNORED] = (
-                hdr.ignored_fields(ignored, self._settings.ignored_fields_header_max_bytes) or ""
-            )
+        headers = {
+            hdr.MODEL: entry.model_id,
+            **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
+        }
         if "embeddings" not in capabilities:
             raise InvalidParameter("model", f"`{entry.model_id}` cannot embed.")
         if entry.engine == GGUF and not self._settings.gguf_enable_embeddings:

@@ -8,6 +8,7 @@ reported wherever it appears.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -16,10 +17,13 @@ from typing import Any
 
 import yaml
 
+from ..http import headers as hdr
 from ..http.errors import FieldNotHonoured
 from .schema import Schema, v1_schema
 
 Rule = str | Mapping[str, Any]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,17 @@ def review(
         ignored.append("stream_options")
     ignored.extend(undeclared(body, v1_schema().request(endpoint)))
     return ignored
+
+
+def report_unused(locations: Sequence[str], strict: bool, max_bytes: int) -> dict[str, str]:
+    """Unused fields: refused in strict mode (OAI-VALID-10), else one warning without
+    values (OAI-VALID-07) and the X-miLLM-Ignored-Fields header (empty dict: none)."""
+    if not locations:
+        return {}
+    if strict:
+        raise hdr.refuse_unused(locations)
+    log.warning("request_fields_unused: %s", ", ".join(locations))
+    return {hdr.IGNORED: hdr.ignored_fields(locations, max_bytes) or ""}
 
 
 def _message_fields(

@@ -37,7 +37,7 @@ from ..steering.request import Resolution, resolve
 from ..steering.source import RequestSource
 from . import shapes
 from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
-from .policy import review
+from .policy import report_unused, review
 from .requests import GenerationRequest, Prompt, TextPrompt
 from .scheduler import Scheduler, Ticket
 from .scoring import (
@@ -156,11 +156,12 @@ class CompletionService:
         """Answer one chat or text completion request."""
         strict = hdr.strict_mode(request_headers)
         entry = self._manager.entry(req.model_id)
-        if "generate" not in self._manager.capabilities(entry):
+        capabilities = self._manager.capabilities(entry)
+        if "generate" not in capabilities:
             raise InvalidParameter(
                 "model", f"`{entry.model_id}` is an embedding model: use /v1/embeddings."
             )
-        ignored = review(req.endpoint, raw, entry.engine, self._manager.capabilities(entry))
+        ignored = review(req.endpoint, raw, entry.engine, capabilities)
         check_top_logprobs(req.endpoint, raw)
         if req.scoring is None and raw.get("return_tokens_as_token_ids") is True:
             ignored.append("return_tokens_as_token_ids")  # keys nothing outside scoring mode
@@ -172,13 +173,10 @@ class CompletionService:
             )
         if req.scoring is not None:
             ignored.extend(unused_fields(raw))
-        if ignored and strict:
-            raise hdr.refuse_unused(ignored)
-        headers = {hdr.MODEL: entry.model_id}
-        if ignored:
-            log.warning("request_fields_unused: %s", ", ".join(ignored))
-            value = hdr.ignored_fields(ignored, self._settings.ignored_fields_header_max_bytes)
-            headers[hdr.IGNORED] = value or ""
+        headers = {
+            hdr.MODEL: entry.model_id,
+            **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
+        }
         if req.seed is not None and req.scoring is None:
             batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
             headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
