@@ -51,20 +51,21 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
+class Function(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    role: Literal["system", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
+    name: str
+    arguments: str | dict[str, Any] | None = None
 
 
-class Conversation(RootModel[list[ChatMessage]]):
-    root: Annotated[list[ChatMessage], Field(min_length=1)]
+class ToolCallHistory(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: Function
 
 
 class SteeringIntensity1(RootModel[float | None]):
@@ -94,7 +95,13 @@ class JsonSchema(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    name: str
+    name: Annotated[
+        str,
+        Field(
+            description="As OpenAI's, 1-64 letters, digits, `_` or `-`.",
+            pattern="^[a-zA-Z0-9_-]{1,64}$",
+        ),
+    ]
     description: str | None = None
     schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
     strict: bool | None = None
@@ -108,7 +115,7 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchema | None = None
 
 
-class Function(BaseModel):
+class Function1(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
@@ -123,10 +130,10 @@ class Tool(BaseModel):
         extra="allow",
     )
     type: Literal["function"]
-    function: Function
+    function: Function1
 
 
-class Function1(BaseModel):
+class Function2(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
@@ -138,7 +145,7 @@ class ToolChoice1(BaseModel):
         extra="allow",
     )
     type: Literal["function"]
-    function: Function1
+    function: Function2
 
 
 class Positions(BaseModel):
@@ -158,50 +165,6 @@ class SaeActivationsRequest(BaseModel):
     top_k: Annotated[int | None, Field(ge=1)] = None
     positions: Literal["last", "prompt", "completion", "all"] | Positions | None = None
     read_point: Literal["post_steering", "pre_steering"] | None = None
-
-
-class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    model: Annotated[
-        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
-    ]
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    stream: bool | None = None
-    stream_options: StreamOptions | None = None
-    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
-    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    n: Annotated[int | None, Field(ge=1, le=128)] = None
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
-    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
-    seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
-    stop: str | Stop1 | None = None
-    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | ToolChoice1 | None = None
-    parallel_tool_calls: bool | None = None
-    logprobs: bool | None = None
-    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
-    allowed_token_ids: list[int] | None = None
-    return_tokens_as_token_ids: bool | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
-    profile: str | None = None
-    steering_intensity: Annotated[
-        SteeringIntensity1 | Literal["off", "min", "max"] | None,
-        Field(description="A dial λ in 0–2, or `off`, `min`, `max`."),
-    ] = None
-    steering: InlineSteering | None = None
-    scoring_precision: Literal["native", "float32"] | None = None
-    return_sae_activations: SaeActivationsRequest | None = None
-    extra_messages: list[Conversation] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    dimensions: int | None = None
-    pooling: str | None = None
-    normalize: bool | None = None
 
 
 class EmbeddingRequest(BaseModel):
@@ -521,3 +484,63 @@ class ModelList(BaseModel):
     )
     object: Literal["list"]
     data: list[Model]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    role: Literal["system", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallHistory] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class Conversation(RootModel[list[ChatMessage]]):
+    root: Annotated[list[ChatMessage], Field(min_length=1)]
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
+    ]
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    n: Annotated[int | None, Field(ge=1, le=128)] = None
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
+    seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
+    stop: str | Stop1 | None = None
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoice1 | None = None
+    parallel_tool_calls: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    allowed_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    profile: str | None = None
+    steering_intensity: Annotated[
+        SteeringIntensity1 | Literal["off", "min", "max"] | None,
+        Field(description="A dial λ in 0–2, or `off`, `min`, `max`."),
+    ] = None
+    steering: InlineSteering | None = None
+    scoring_precision: Literal["native", "float32"] | None = None
+    return_sae_activations: SaeActivationsRequest | None = None
+    extra_messages: list[Conversation] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    dimensions: int | None = None
+    pooling: str | None = None
+    normalize: bool | None = None

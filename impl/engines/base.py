@@ -38,6 +38,26 @@ class SamplingParams:
     top_p: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    constraint: Constraint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """Generated text must match a grammar, masked token by token.
+
+    `kind` "json_schema": `text` is a JSON Schema (canonical JSON text; `{"type":
+    "object"}` is `json_object`). `kind` "call" (a forced tool call's
+    continuation): `text` is JSON `{"options": [[head, schema], ...], "tail": t}`,
+    and the output is one option's head, then a JSON document valid under its
+    schema, then the tail. Engines with `structured_output` enforce both.
+    """
+
+    text: str
+    kind: str = "json_schema"
+
+
+class ConstraintUnsupported(ValueError):
+    """The grammar library cannot enforce this schema (a fault of the request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +142,17 @@ class NonFiniteLogits(ArithmeticError):
 
 @dataclass(frozen=True, slots=True)
 class ChatPrompt:
-    """A chat to render: OpenAI-shaped messages plus template variables."""
+    """A chat to render: OpenAI-shaped messages plus template variables.
+
+    `tools` (OpenAI tool objects) are handed to the template; `opening` is
+    appended after the generation prompt (a forced tool call's opening,
+    OAI-TOOLS-14/15/32).
+    """
 
     messages: Sequence[Mapping[str, Any]]
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    tools: Sequence[Mapping[str, Any]] = ()
+    opening: str = ""
 
 
 class PromptError(ValueError):
@@ -171,7 +198,14 @@ class Engine(Protocol):
 
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
 
-    def decode(self, token_ids: Sequence[int]) -> str: ...
+    def decode(self, token_ids: Sequence[int], *, keep_special: bool = False) -> str:
+        """Text of `token_ids`; special tokens left out unless `keep_special`."""
+        ...
+
+    @property
+    def chat_template(self) -> str | None:
+        """The model's own chat template text; None when it has none."""
+        ...
 
     def token_text(self, token_id: int) -> str:
         """One token's text, special tokens included (scoring keys and `bytes`)."""
@@ -237,6 +271,14 @@ class Engine(Protocol):
         is kept and restored for a later prompt that starts with them.
         `cancel` (a threading.Event) stops it between prefill chunks. Only
         engines with the `decide` capability implement it.
+        """
+        ...
+
+    def compile_constraint(self, constraint: Constraint) -> None:
+        """Compile (and cache) the grammar of `constraint` before any generation uses it.
+
+        Raises ConstraintUnsupported. Only engines with the `structured_output`
+        capability implement it.
         """
         ...
 

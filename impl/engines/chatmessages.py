@@ -63,6 +63,22 @@ def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return normalized
 
 
+def refuse_tool_history(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse tool calls and tool results a template cannot render (OAI-TOOLS-20)."""
+    for i, message in enumerate(messages):
+        if message.get("tool_calls"):
+            where = f"messages[{i}].tool_calls"
+        elif message.get("role") in {"tool", "function"}:
+            where = f"messages[{i}]"
+        else:
+            continue
+        raise PromptError(
+            "the model has no chat template, so tool calls and tool results in the history "
+            "cannot be rendered (they are not dropped)",
+            where,
+        )
+
+
 def template_variables(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The template variables, less any that would override how we render."""
     dropped = sorted(RESERVED_KWARGS.intersection(kwargs))

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 from ..engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
 from .detokenizer import Detokenizer
@@ -53,6 +54,7 @@ class ChoiceJob:
     rng: Rng | None
     halt: threading.Event | None = None
     steering: SteeringSource | None = None
+    keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
 
 
 def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
@@ -81,7 +83,7 @@ def _generate(
     engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
 ) -> ChoiceEnd | ChoiceFailed:
     """Generate one choice, emitting its deltas; returns the end event."""
-    detok = Detokenizer(engine.decode)
+    detok = Detokenizer(partial(engine.decode, keep_special=job.keep_special))
     stopper = StopMatcher(job.stops)
     count, cached, reason = 0, 0, "length"
     tokens = engine.generate(job.prompt_ids, job.params, job.rng)

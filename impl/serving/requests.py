@@ -3,6 +3,7 @@ the schema cannot say (OAI-CHAT-10, OAI-CHAT-12)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -110,11 +111,33 @@ def _or(value: float | None, default: float) -> float:
 
 
 def _message(message: v1.ChatMessage) -> dict[str, Any]:
-    """The parts of a message the template sees (the rest is reported by the policy)."""
+    """The parts of a message the template sees (the rest is reported by the policy).
+
+    A history call's `arguments` reaches the template as an object: the JSON
+    string OpenAI clients send is parsed (templates write it with `tojson`);
+    a string that is not a JSON object is left as it is (OAI-TOOLS-18).
+    """
     content = _value(message.content)
     if isinstance(content, list):
         content = "".join(part.text or "" for part in content if part.type == "text")
-    return {"role": message.role, "content": content}
+    out: dict[str, Any] = {"role": message.role, "content": content}
+    if message.tool_calls:
+        out["tool_calls"] = [_history_call(call) for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _history_call(call: v1.ToolCallHistory) -> dict[str, Any]:
+    arguments: Any = call.function.arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        arguments = parsed if isinstance(parsed, dict) else arguments
+    function = {"name": call.function.name, "arguments": arguments or {}}
+    return {"id": call.id, "type": "function", "function": function}
 
 
 def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:

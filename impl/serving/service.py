@@ -11,34 +11,30 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 from ..engines.base import (
-    ChatPrompt,
     Engine,
     NonFiniteLogits,
     PrecisionUnavailable,
-    PromptError,
-    Rng,
-    SamplingParams,
 )
 from ..http import headers as hdr
-from ..http.errors import ApiError, InvalidParameter
+from ..http.errors import ApiError, FieldNotHonoured, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..settings import Settings
-from ..steering.header import Unknown, serialize
 from ..steering.live import LiveSteering
 from ..steering.request import Resolution, resolve
 from ..steering.source import RequestSource
 from . import shapes
 from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
+from .plan import Plan, Tally, job, prepare, unless_halted, without_unused
 from .policy import report_unused, review
-from .requests import GenerationRequest, Prompt, TextPrompt
+from .requests import GenerationRequest, TextPrompt
+from .response_format import check_combination, output_format
 from .scheduler import Scheduler, Ticket
 from .scoring import (
     ScoringAsk,
@@ -49,6 +45,7 @@ from .scoring import (
     unused_fields,
 )
 from .slots import slot_with_model
+from .tools import tool_ask, wire_calls
 
 log = logging.getLogger(__name__)
 
@@ -70,69 +67,6 @@ class Reply:
 class StreamReply:
     events: AsyncGenerator[dict[str, Any] | Comment, None]
     headers: dict[str, str]
-
-
-@dataclass(slots=True)
-class Plan:
-    """A request made concrete against the model: token ids and budgets."""
-
-    request: GenerationRequest
-    entry: ModelEntry
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    budgets: list[int] = field(default_factory=list)
-    steering: RequestSource | None = None
-
-    def steering_header(self) -> str:
-        """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
-
-        A state that cannot be read is `unknown`, never omitted or guessed (OAI-GRAM-07).
-        """
-        if self.steering is None:
-            return "none"
-        try:
-            return self.steering.header()
-        except Exception:
-            log.exception("reading the applied steering state failed")
-            return serialize([Unknown("read_failed")])
-
-
-def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:
-    """The request less what the policy reported as unused: a reported field has no effect."""
-    if "chat_template_kwargs" not in ignored:
-        return req
-    prompts = tuple(
-        replace(p, template_kwargs={}) if isinstance(p, ChatPrompt) else p for p in req.prompts
-    )
-    return replace(req, prompts=prompts)
-
-
-def _unless_halted(end: ChoiceEnd) -> ChoiceEnd:
-    """A generation halted for a model switch ends the request with 503 model_busy."""
-    if end.finish_reason == "halted":
-        raise ApiError(
-            "model_busy",
-            "The model was unloaded while this request generated "
-            "(GRACEFUL_UNLOAD_TIMEOUT passed); retry.",
-            "model",
-        )
-    return end
-
-
-@dataclass(slots=True)
-class Tally:
-    """Token counts over a request's choices, for `usage`."""
-
-    completion: int = 0
-    cached: int = 0
-
-    def add(self, end: ChoiceEnd, *, first_of_prompt: bool) -> None:
-        self.completion += end.completion_tokens
-        if first_of_prompt:  # the prompt is counted once, as prompt_tokens is
-            self.cached += end.cached_tokens
-
-    def usage(self, plan: Plan) -> dict[str, Any]:
-        prompt = sum(len(ids) for ids in plan.prompt_ids)
-        return shapes.usage(prompt, self.completion, self.cached)
 
 
 class CompletionService:
@@ -163,6 +97,18 @@ class CompletionService:
             )
         ignored = review(req.endpoint, raw, entry.engine, capabilities)
         check_top_logprobs(req.endpoint, raw)
+        output = output_format(raw)
+        if output is not None:
+            check_combination(
+                raw,
+                stream=req.stream,
+                stops=bool(req.stops),
+                scoring=req.scoring is not None,
+                tools=bool(raw.get("tools")),
+            )
+        tools = tool_ask(raw)
+        if tools is not None and req.scoring is not None:
+            raise FieldNotHonoured("tools", "on scoring requests (nothing is generated)")
         if req.scoring is None and raw.get("return_tokens_as_token_ids") is True:
             ignored.append("return_tokens_as_token_ids")  # keys nothing outside scoring mode
         if req.scoring is None and raw.get("scoring_precision") == "float32":
@@ -194,7 +140,9 @@ class CompletionService:
         if req.steering.intensity is not None and echo is not None:
             headers[hdr.STEERING_INTENSITY] = repr(float(echo))
         self._manager.refuse_if_busy()
-        plan = Plan(without_unused(req, ignored), entry)
+        plan = Plan(without_unused(req, ignored), entry, output=output, tool_ask=tools)
+        if output is not None:
+            headers[hdr.CONSTRAINED] = output.header()
         if req.stream:
             return await self._stream(plan, headers)
         return await self._reply(plan, headers)
@@ -214,69 +162,6 @@ class CompletionService:
             resolved = resolve(plan.request.steering, self._live, plan.entry.model_id, True)
             plan.steering = RequestSource(self._live, plan.entry.model_id, resolved.override)
 
-    # -- prompt ----------------------------------------------------------------
-
-    def _ids(self, engine: Engine, prompt: Prompt, row: int = 0) -> list[int]:
-        if not isinstance(prompt, ChatPrompt):
-            return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
-        try:
-            return engine.render_chat(prompt)
-        except PromptError as exc:
-            # Row 0 is `messages`; row k the (k-1)th `extra_messages` conversation (CSCORE-21).
-            param = (
-                exc.param
-                if row == 0
-                else exc.param.replace("messages", f"extra_messages[{row - 1}]", 1)
-            )
-            raise InvalidParameter(param, f"The messages cannot be rendered: {exc}") from exc
-
-    async def _prepare(self, plan: Plan, engine: Engine) -> None:
-        """Tokenize every prompt and fix its budget; refusals before any generation."""
-        for i, prompt in enumerate(plan.request.prompts):
-            ids = await self._manager.tokenize(partial(self._ids, engine, prompt, i))
-            if not ids:
-                where = "prompt" if plan.request.endpoint == "completions" else "messages"
-                code = (
-                    "invalid_parameter"
-                    if plan.request.scoring is None
-                    else ("invalid_scoring_request")
-                )
-                raise ApiError(
-                    code, f"prompt {i} tokenizes to nothing; nothing to continue.", where
-                )
-            plan.prompt_ids.append(ids)
-            plan.budgets.append(self._budget(plan.request, engine, ids))
-
-    def _budget(self, req: GenerationRequest, engine: Engine, ids: Sequence[int]) -> int:
-        limit = engine.facts.context_length
-        left = limit - len(ids)
-        asked = (
-            req.max_tokens
-            if req.max_tokens is not None
-            else min(self._settings.default_max_tokens, left)
-        )
-        if left < 1 or asked > left:
-            asked = max(asked, 1)
-            param = (
-                ("messages" if req.endpoint == "chat" else "prompt") if left < 1 else "max_tokens"
-            )
-            raise ApiError(
-                "context_length_exceeded",
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{len(ids) + asked} tokens ({len(ids)} in the prompt, "
-                f"{asked} for the completion). "
-                "Please reduce the prompt or max_tokens.",
-                param,
-            )
-        return asked
-
-    def _job(self, plan: Plan, i: int, rng: Rng | None, halt: threading.Event) -> ChoiceJob:
-        r = plan.request
-        params = SamplingParams(
-            plan.budgets[i], r.temperature, r.top_p, r.frequency_penalty, r.presence_penalty
-        )
-        return ChoiceJob(plan.prompt_ids[i], params, r.stops, rng, halt, plan.steering)
-
     # -- scoring -----------------------------------------------------------------
 
     async def _score(self, plan: Plan, headers: dict[str, str], ask: ScoringAsk) -> Reply:
@@ -292,7 +177,7 @@ class CompletionService:
                     "messages",
                 )
             check_vocabulary(ask, engine.facts.vocab_size)
-            await self._prepare(plan, engine)
+            await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
             loop = asyncio.get_running_loop()
             choices = await loop.run_in_executor(self._executor, self._scored, plan, engine, ask)
         finally:
@@ -340,7 +225,7 @@ class CompletionService:
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
         ticket, engine = await self._slot_with_model(plan.entry)
         try:
-            await self._prepare(plan, engine)
+            await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
             self._start_steering(plan, engine)
             choices, tally = await self._generate_all(plan, engine, ticket.halt)
         finally:
@@ -358,8 +243,8 @@ class CompletionService:
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
-                text, end = await self._collect(engine, self._job(plan, i, rng, halt))
-                choices.append(shapes.choice(r.endpoint, len(choices), text, end.finish_reason))
+                text, end = await self._collect(engine, job(plan, i, rng, halt))
+                choices.append(plan.choice(len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
         return choices, tally
 
@@ -371,7 +256,7 @@ class CompletionService:
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
-                return "".join(parts), _unless_halted(event)
+                return "".join(parts), unless_halted(event)
         raise RuntimeError("generation ended without an end event")
 
     # -- streamed ----------------------------------------------------------------
@@ -384,7 +269,7 @@ class CompletionService:
         else:
             ticket = self._scheduler.enter()
         try:
-            await self._prepare(plan, engine)
+            await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
         except BaseException:
             self._scheduler.leave(ticket)
             raise
@@ -422,17 +307,29 @@ class CompletionService:
         endpoint = plan.request.endpoint
         if endpoint == "chat":
             yield env.chunk([shapes.delta(endpoint, i, "", None, role=True)])
-        job = self._job(plan, i, engine.new_rng(plan.request.seed), halt)
-        async for event in stream_choice(engine, job, self._executor):
+        work = job(plan, i, engine.new_rng(plan.request.seed), halt)
+        held = None if plan.tools is None else plan.tools.buffer()
+        async for event in stream_choice(engine, work, self._executor):
             if isinstance(event, TextDelta):
-                yield env.chunk([shapes.delta(endpoint, i, event.text, None)])
+                text = event.text if held is None else held.push(event.text)
+                if text:
+                    yield env.chunk([shapes.delta(endpoint, i, text, None)])
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
-                _unless_halted(event)
+                unless_halted(event)
+                reason = event.finish_reason
+                if plan.tools is not None and held is not None:
+                    parsed = plan.tools.parse(held.text)
+                    if parsed is not None:  # the calls whole, in one delta (OAI-TOOLS-06)
+                        calls = wire_calls(parsed.calls)
+                        yield env.chunk([shapes.delta(endpoint, i, None, None, calls=calls)])
+                        reason = "tool_calls"
+                    elif rest := held.rest():
+                        yield env.chunk([shapes.delta(endpoint, i, rest, None)])
                 usage = shapes.usage(
                     len(plan.prompt_ids[i]), event.completion_tokens, event.cached_tokens
                 )
-                yield env.chunk([shapes.delta(endpoint, i, None, event.finish_reason)], usage=usage)
+                yield env.chunk([shapes.delta(endpoint, i, None, reason)], usage=usage)
                 yield event
                 return

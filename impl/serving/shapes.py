@@ -51,24 +51,41 @@ class Envelope:
         }
 
 
-def choice(endpoint: str, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+def choice(
+    endpoint: str,
+    index: int,
+    text: str | None,
+    finish_reason: str,
+    calls: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One choice; a chat reply with `calls` carries them as `tool_calls` (OAI-TOOLS-04)."""
     if endpoint == "chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
         return {
             "index": index,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": None,
             "finish_reason": finish_reason,
         }
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
 
 
 def delta(
-    endpoint: str, index: int, text: str | None, finish_reason: str | None, role: bool = False
+    endpoint: str,
+    index: int,
+    text: str | None,
+    finish_reason: str | None,
+    role: bool = False,
+    calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     if endpoint == "chat":
         d: dict[str, Any] = {"role": "assistant"} if role else {}
         if text is not None:
             d["content"] = text
+        if calls:
+            d["tool_calls"] = calls
         return {"index": index, "delta": d, "logprobs": None, "finish_reason": finish_reason}
     return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
 

@@ -183,8 +183,6 @@ def test_completions_refuse_fields_they_cannot_honour(
 @pytest.mark.parametrize(
     "field",
     [
-        "response_format",
-        "tools",
         "return_sae_activations",
     ],
 )
@@ -193,7 +191,6 @@ def test_capabilities_not_landed_are_refused_not_dropped(
 ) -> None:
     """OAI-VALID-01: a field whose capability is not built yet is refused, never dropped."""
     values: dict[str, Any] = {
-        "response_format": {"type": "json_object"},
         "tools": [{"type": "function", "function": {"name": "f"}}],
         "return_sae_activations": {"top_k": 4},
     }

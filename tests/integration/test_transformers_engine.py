@@ -112,6 +112,8 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
             "decide",
             "batched_chat",
             "embeddings",
+            "structured_output",
+            "tools",
         }
     )
 

@@ -13,6 +13,7 @@ import llama_cpp
 
 from ..base import (
     ChatPrompt,
+    Constraint,
     Decision,
     EmbeddingsDisabled,
     ModelFacts,
@@ -77,11 +78,16 @@ class LlamaCppEngine:
         llama = self.context.llama
         return list(llama.tokenize(text.encode("utf-8"), add_bos=add_special_tokens, special=True))
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Text of `token_ids`, special tokens left out; a cut UTF-8 tail shows U+FFFD."""
-        return self._detokenize(token_ids).decode("utf-8", errors="replace")
+    def decode(self, token_ids: Sequence[int], *, keep_special: bool = False) -> str:
+        """Text of `token_ids`, special tokens left out unless `keep_special`; a cut UTF-8
+        tail shows U+FFFD."""
+        return self._detokenize(token_ids, keep_special).decode("utf-8", errors="replace")
 
-    def _detokenize(self, token_ids: Sequence[int]) -> bytes:
+    @property
+    def chat_template(self) -> str | None:
+        return self._template.source
+
+    def _detokenize(self, token_ids: Sequence[int], keep_special: bool = False) -> bytes:
         vocab = self.context.vocab  # fails once closed, before the vocabulary is freed
         count = len(token_ids)
         if count == 0:
@@ -91,7 +97,7 @@ class LlamaCppEngine:
         size = 8 * count + 16
         for _ in range(2):
             buffer = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_detokenize(vocab, ids, count, buffer, size, False, False)
+            n = llama_cpp.llama_detokenize(vocab, ids, count, buffer, size, False, keep_special)
             if n >= 0:
                 return buffer.raw[:n]
             size = -n
@@ -119,6 +125,10 @@ class LlamaCppEngine:
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
         raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
+
+    def compile_constraint(self, constraint: Constraint) -> None:
+        """Structured output is refused for GGUF before load (OAI-SO-11)."""
+        raise NotImplementedError("the llama.cpp engine does not constrain output (OAI-SO-11)")
 
     @property
     def embedding_limit(self) -> int:

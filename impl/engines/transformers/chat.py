@@ -11,6 +11,9 @@ content is appended raw, with no end of turn (OAI-CONT-01..03).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
 
@@ -21,6 +24,7 @@ from ..chatmessages import (
     ROLES,
     content_text,
     normalize_message,
+    refuse_tool_history,
     split_partial,
     template_variables,
     tokenize_with_one_bos,
@@ -40,20 +44,31 @@ __all__ = [
 
 
 def render_text(tokenizer: PreTrainedTokenizerBase, prompt: ChatPrompt) -> str:
-    """The chat rendered as text, ready for the assistant's next tokens."""
+    """The chat rendered as text, ready for the assistant's next tokens.
+
+    Tools go to the model's own template (OAI-TOOLS-02); the generic fallback
+    cannot render tool history, so it refuses it rather than drop it
+    (OAI-TOOLS-20). A forced call's opening follows the render (OAI-TOOLS-32).
+    """
     messages, partial = split_partial(prompt.messages)
     template = None if tokenizer.chat_template else FALLBACK_TEMPLATE
+    if template is not None:
+        refuse_tool_history(prompt.messages)
+    tools: list[dict[Any, Any] | Callable[..., Any]] | None = (
+        [dict(t) for t in prompt.tools] if prompt.tools else None
+    )
     try:
         rendered = tokenizer.apply_chat_template(
             messages,
             chat_template=template,
             tokenize=False,
             add_generation_prompt=True,
+            tools=tools,
             **template_variables(prompt.template_kwargs),
         )
     except TemplateError as exc:  # the template refused these messages (raise_exception)
         raise PromptError(f"the model's chat template refused these messages: {exc}") from exc
-    return str(rendered) + partial
+    return str(rendered) + partial + prompt.opening
 
 
 def tokenize_rendered(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

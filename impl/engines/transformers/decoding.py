@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..base import Prefilled, SamplingParams, Token
+from .grammar import Guide
 from .prefix import PrefixCache
 from .sampling import apply_penalties, is_no_op_penalty, pick
 
@@ -65,8 +66,13 @@ def decode(
     params: SamplingParams,
     rng: torch.Generator | None,
     key: Hashable = (),
+    guide: Guide | None = None,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield up to `params.max_tokens` tokens; stop after an EOS.
+
+    With a `guide`, every token its grammar forbids is masked before sampling
+    (after the penalties, before temperature and top_p), and the guide
+    advances by each token sampled.
 
     The cache comes from `prefix` when the generator starts and goes back to
     it when the generator finishes, also when closed: closing raises
@@ -87,7 +93,11 @@ def decode(
                 logits = held.feed(model, pending, extra).float()
                 if penalized:
                     logits = counts.penalize(logits, params)
+                if guide is not None:
+                    logits = guide.mask(logits)
                 token_id = pick(logits, temperature=params.temperature, top_p=params.top_p, rng=rng)
+            if guide is not None:
+                guide.advance(token_id)
             eos = token_id in settings.eos_ids
             if step == 0:
                 yield Prefilled(cached_tokens=cached)

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..base import (
     ChatPrompt,
+    Constraint,
     Decision,
     ModelFacts,
     Prefilled,
@@ -28,6 +29,7 @@ from ..chatmessages import decision_prompt, prefix_length
 from . import chat, deciding, embedding
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
+from .grammar import Grammars
 from .prefix import PrefixCache
 from .sampling import new_rng
 from .scoring import next_token_logits, scored
@@ -46,6 +48,8 @@ CAPABILITIES = frozenset(
         "decide",
         "batched_chat",
         "embeddings",
+        "structured_output",
+        "tools",
     }
 )
 ENCODER_CAPABILITIES = frozenset({"embeddings"})  # an encoder (BERT-style) only embeds
@@ -73,6 +77,8 @@ class TransformersEngine:
         self._steering_key: Hashable = ()
         self._float32 = Float32Copies(float32 or Float32Settings())
         self._capabilities = capabilities
+        width = int(getattr(model.config, "vocab_size", 0) or 0)
+        self._grammars = Grammars(tokenizer, self._settings.eos_ids, width)
 
     @property
     def facts(self) -> ModelFacts:
@@ -101,9 +107,14 @@ class TransformersEngine:
         ids: list[int] = self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
         return ids
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        text = self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    def decode(self, token_ids: Sequence[int], *, keep_special: bool = False) -> str:
+        text = self._tokenizer.decode(list(token_ids), skip_special_tokens=not keep_special)
         return cast(str, text)
+
+    @property
+    def chat_template(self) -> str | None:
+        template = self._tokenizer.chat_template
+        return template if isinstance(template, str) and template else None
 
     def token_text(self, token_id: int) -> str:
         text = self._tokenizer.decode([token_id], skip_special_tokens=False)
@@ -120,9 +131,20 @@ class TransformersEngine:
     ) -> Generator[Prefilled | Token, None, None]:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
+        guide = None if params.constraint is None else self._grammars.guide(params.constraint)
         return decode(
-            self.model, self._settings, self._prefix, prompt_ids, params, rng, self._steering_key
+            self.model,
+            self._settings,
+            self._prefix,
+            prompt_ids,
+            params,
+            rng,
+            self._steering_key,
+            guide,
         )
+
+    def compile_constraint(self, constraint: Constraint) -> None:
+        self._grammars.compile(constraint)
 
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """One forward pass, no kept cache, no steering hook (OAI-SCORE-11, -33)."""

@@ -1,0 +1,238 @@
+"""A request made concrete against the resident model: prompts, budgets, grammar, tools.
+
+`prepare()` runs once the slot is held and the model resident, before any
+generation and before a stream's 200: it fixes the tool plan (refusing a
+template that cannot take tools), renders and tokenizes every prompt, fixes
+each budget against the window, and compiles the output grammar. `job()`
+makes one choice's generation of it; `Plan.choice()` shapes one finished
+choice (validated when constrained, calls parsed when tools ran).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from ..engines.base import (
+    ChatPrompt,
+    Constraint,
+    ConstraintUnsupported,
+    Engine,
+    PromptError,
+    Rng,
+    SamplingParams,
+)
+from ..http.errors import ApiError, InvalidParameter
+from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
+from ..steering.header import Unknown, serialize
+from ..steering.source import RequestSource
+from . import schema_subset, shapes
+from .generation import ChoiceEnd, ChoiceJob
+from .requests import GenerationRequest, Prompt
+from .response_format import OutputFormat
+from .tools import ToolAsk, ToolPlan, tool_plan, wire_calls
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Plan:
+    """A request made concrete against the model: token ids and budgets."""
+
+    request: GenerationRequest
+    entry: ModelEntry
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    budgets: list[int] = field(default_factory=list)
+    steering: RequestSource | None = None
+    output: OutputFormat | None = None
+    tool_ask: ToolAsk | None = None
+    tools: ToolPlan | None = None  # fixed once the model is resident
+
+    def steering_header(self) -> str:
+        """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
+
+        A state that cannot be read is `unknown`, never omitted or guessed (OAI-GRAM-07).
+        """
+        if self.steering is None:
+            return "none"
+        try:
+            return self.steering.header()
+        except Exception:
+            log.exception("reading the applied steering state failed")
+            return serialize([Unknown("read_failed")])
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """The grammar every choice is generated under: the output format's, or a forced
+        call's continuation (the two are never combined: OAI-SO-26)."""
+        if self.output is not None:
+            return self.output.constraint
+        return None if self.tools is None else self.tools.constraint
+
+    def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+        """One finished choice: validated when constrained, its calls parsed when tools ran."""
+        endpoint = self.request.endpoint
+        if self.output is not None:
+            finish_reason = self.output.finish(text, finish_reason)
+        parsed = None if self.tools is None else self.tools.parse(text)
+        if parsed is None:
+            return shapes.choice(endpoint, index, text, finish_reason)
+        calls = wire_calls(parsed.calls)
+        return shapes.choice(endpoint, index, parsed.content, "tool_calls", calls)
+
+
+def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:
+    """The request less what the policy reported as unused: a reported field has no effect.
+
+    Message fields are reported as `messages[i].name` (row 0) or
+    `extra_messages[k][i].name` (row k + 1); the template never sees them (OAI-TOOLS-33).
+    """
+    unused = set(ignored)
+    prompts = tuple(
+        _without(p, row, unused) if isinstance(p, ChatPrompt) else p
+        for row, p in enumerate(req.prompts)
+    )
+    return replace(req, prompts=prompts)
+
+
+def _without(prompt: ChatPrompt, row: int, unused: set[str]) -> ChatPrompt:
+    where = "messages" if row == 0 else f"extra_messages[{row - 1}]"
+    messages = tuple(
+        {k: v for k, v in m.items() if f"{where}[{i}].{k}" not in unused}
+        for i, m in enumerate(prompt.messages)
+    )
+    kwargs = {} if "chat_template_kwargs" in unused else prompt.template_kwargs
+    return replace(prompt, messages=messages, template_kwargs=kwargs)
+
+
+def unless_halted(end: ChoiceEnd) -> ChoiceEnd:
+    """A generation halted for a model switch ends the request with 503 model_busy."""
+    if end.finish_reason == "halted":
+        raise ApiError(
+            "model_busy",
+            "The model was unloaded while this request generated "
+            "(GRACEFUL_UNLOAD_TIMEOUT passed); retry.",
+            "model",
+        )
+    return end
+
+
+@dataclass(slots=True)
+class Tally:
+    """Token counts over a request's choices, for `usage`."""
+
+    completion: int = 0
+    cached: int = 0
+
+    def add(self, end: ChoiceEnd, *, first_of_prompt: bool) -> None:
+        self.completion += end.completion_tokens
+        if first_of_prompt:  # the prompt is counted once, as prompt_tokens is
+            self.cached += end.cached_tokens
+
+    def usage(self, plan: Plan) -> dict[str, Any]:
+        prompt = sum(len(ids) for ids in plan.prompt_ids)
+        return shapes.usage(prompt, self.completion, self.cached)
+
+
+def prompt_ids(engine: Engine, prompt: Prompt, row: int = 0) -> list[int]:
+    """The ids of one prompt; a template's refusal names the row's messages."""
+    if not isinstance(prompt, ChatPrompt):
+        return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
+    try:
+        return engine.render_chat(prompt)
+    except PromptError as exc:
+        # Row 0 is `messages`; row k the (k-1)th `extra_messages` conversation (CSCORE-21).
+        param = (
+            exc.param
+            if row == 0
+            else exc.param.replace("messages", f"extra_messages[{row - 1}]", 1)
+        )
+        raise InvalidParameter(param, f"The messages cannot be rendered: {exc}") from exc
+
+
+async def prepare(
+    plan: Plan, engine: Engine, manager: ModelManager, default_max_tokens: int
+) -> None:
+    """Tokenize every prompt and fix its budget; refusals before any generation."""
+    plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
+    for i, prompt in enumerate(plan.request.prompts):
+        if plan.tools is not None and isinstance(prompt, ChatPrompt):
+            prompt = plan.tools.prompt(prompt)
+        ids = await manager.tokenize(partial(prompt_ids, engine, prompt, i))
+        if not ids:
+            where = "prompt" if plan.request.endpoint == "completions" else "messages"
+            code = (
+                "invalid_parameter" if plan.request.scoring is None else ("invalid_scoring_request")
+            )
+            raise ApiError(code, f"prompt {i} tokenizes to nothing; nothing to continue.", where)
+        plan.prompt_ids.append(ids)
+        plan.budgets.append(budget(plan.request, engine, ids, default_max_tokens))
+    if plan.output is not None:
+        await _compile(plan.output, engine, manager)
+    if plan.tools is not None and plan.tools.constraint is not None:
+        try:
+            await manager.tokenize(partial(engine.compile_constraint, plan.tools.constraint))
+        except ConstraintUnsupported as exc:  # the call stays forced by its opening alone
+            log.warning("a forced call's arguments are not constrained: %s", exc)
+            plan.tools = replace(plan.tools, constraint=None)
+
+
+async def _compile(output: OutputFormat, engine: Engine, manager: ModelManager) -> None:
+    """The grammar is built before any generation; one the library refuses is the client's."""
+    try:
+        await manager.tokenize(partial(engine.compile_constraint, output.constraint))
+    except ConstraintUnsupported as exc:
+        param = "response_format" if output.kind == "json_object" else schema_subset.PARAM
+        raise ApiError(
+            "response_format_unsupported",
+            f"The schema cannot be enforced by the constraint library: {exc}.",
+            param,
+        ) from exc
+
+
+def budget(
+    req: GenerationRequest, engine: Engine, ids: Sequence[int], default_max_tokens: int
+) -> int:
+    """`max_tokens`, or the default cut to what the window leaves; refused past the window."""
+    limit = engine.facts.context_length
+    left = limit - len(ids)
+    asked = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, left)
+    if left < 1 or asked > left:
+        asked = max(asked, 1)
+        param = ("messages" if req.endpoint == "chat" else "prompt") if left < 1 else "max_tokens"
+        raise ApiError(
+            "context_length_exceeded",
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{len(ids) + asked} tokens ({len(ids)} in the prompt, "
+            f"{asked} for the completion). "
+            "Please reduce the prompt or max_tokens.",
+            param,
+        )
+    return asked
+
+
+def job(plan: Plan, i: int, rng: Rng | None, halt: threading.Event) -> ChoiceJob:
+    """Prompt i's generation: its ids, budget, sampling, constraint and steering."""
+    r = plan.request
+    params = SamplingParams(
+        plan.budgets[i],
+        r.temperature,
+        r.top_p,
+        r.frequency_penalty,
+        r.presence_penalty,
+        plan.constraint,
+    )
+    return ChoiceJob(
+        plan.prompt_ids[i],
+        params,
+        r.stops,
+        rng,
+        halt,
+        plan.steering,
+        keep_special=plan.tools is not None,  # call markers may be special tokens
+    )

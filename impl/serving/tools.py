@@ -1,0 +1,171 @@
+"""Function calling on chat (OAI-TOOLS): the ask, the plan against a model, the reply.
+
+`tool_ask()` reads `tools`, `tool_choice` and `parallel_tool_calls` before
+any load. Once the model is resident, `tool_plan()` reads its call format off
+its chat template (toolcalls.py) or refuses `tools` (OAI-TOOLS-23/24), and
+fixes the opening a forced call appends to the render (OAI-TOOLS-14/15) and,
+where the format's arguments are JSON, the grammar of what follows it, so a
+forced call always parses. The
+reply is parsed back into OpenAI `tool_calls`; one that does not parse is
+plain content (OAI-TOOLS-21). `CallBuffer` lets a stream send the text before
+a call as content and hold the call itself (OAI-TOOLS-05/06).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..engines.base import ChatPrompt, Constraint
+from ..http.errors import FieldNotHonoured, InvalidParameter
+from . import schema_subset
+from .toolcalls import CallFormat, ParsedReply, ToolCall, format_of, takes_tools
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAsk:
+    """What the request asks: the tools, how to choose (auto, none, required, function)."""
+
+    tools: tuple[Mapping[str, Any], ...]
+    choice: str
+    name: str | None = None
+    limit: int | None = None  # 1 when parallel_tool_calls is false (OAI-TOOLS-17)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(str(t["function"]["name"]) for t in self.tools)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """Each function's parameters schema, as a forced call's grammar enforces it.
+
+        A schema outside the server's subset (schema_subset.py) is enforced as
+        any JSON object: tool definitions are the client's, not refused here.
+        """
+        out: dict[str, Any] = {}
+        for tool in self.tools:
+            schema = tool["function"].get("parameters")
+            usable = isinstance(schema, Mapping) and not schema_subset.problems(schema)
+            out[str(tool["function"]["name"])] = dict(schema) if usable else {"type": "object"}
+        return out
+
+
+def tool_ask(raw: Mapping[str, Any]) -> ToolAsk | None:
+    """The request's tools; None when it sends none. Refusals before any load."""
+    tools = tuple(raw.get("tools") or ())
+    choice = raw.get("tool_choice")
+    if not tools:
+        if choice is None or choice == "none":
+            return None
+        raise InvalidParameter("tool_choice", "tool_choice needs `tools` to choose from.")
+    names = [str(t["function"]["name"]) for t in tools]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidParameter("tools", f"Function names must be unique; repeated: {twice}.")
+    limit = 1 if raw.get("parallel_tool_calls") is False else None
+    if isinstance(choice, Mapping):
+        name = str(choice["function"]["name"])
+        if name not in names:
+            raise InvalidParameter(
+                "tool_choice",
+                f"tool_choice forces `{name}`, which is not in `tools` ({', '.join(names)}).",
+            )
+        return ToolAsk(tools, "function", name, limit)
+    return ToolAsk(tools, str(choice or "auto"), None, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """A tool request made concrete against the model's template."""
+
+    ask: ToolAsk
+    format: CallFormat
+    opening: str
+    constraint: Constraint | None = None  # what may follow a forced call's opening
+
+    def prompt(self, prompt: ChatPrompt) -> ChatPrompt:
+        """The chat with its tools shown and a forced call opened."""
+        return replace(prompt, tools=self.ask.tools, opening=self.opening)
+
+    def parse(self, text: str) -> ParsedReply | None:
+        """The calls in a reply, or None: the reply is plain content (OAI-TOOLS-21)."""
+        return self.format.parse(self.opening + text, self.ask.names, self.ask.limit)
+
+    def buffer(self) -> CallBuffer:
+        return CallBuffer(self.format, forced=bool(self.opening))
+
+
+def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
+    """The plan for a resident model; raises field_not_honoured naming `tools`.
+
+    `tool_choice: "none"` does not show the tools, so the model cannot call
+    one: the chat is served as a plain chat (OAI-TOOLS-13).
+    """
+    if ask is None or ask.choice == "none":
+        return None
+    if template is None or not takes_tools(template):
+        raise FieldNotHonoured("tools", "by this model: its chat template takes no tools")
+    call_format = format_of(template)
+    if call_format is None:
+        raise FieldNotHonoured(
+            "tools",
+            "by this model: its chat template writes calls in a format this server does not "
+            "recognise (it reads LFM2, Hermes/Qwen2.5 and Llama 3 calls)",
+        )
+    if ask.choice not in {"required", "function"}:
+        return ToolPlan(ask, call_format, "")
+    forced = call_format.forced(ask.parameters, ask.name)
+    constraint = None if forced is None else Constraint(json.dumps(forced), "call")
+    return ToolPlan(ask, call_format, call_format.opening(ask.name), constraint)
+
+
+def wire_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    """OpenAI's `tool_calls` (OAI-TOOLS-04, -06), each with a fresh `call_` id."""
+    return [
+        {
+            "index": i,
+            "id": "call_" + secrets.token_hex(12),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for i, call in enumerate(calls)
+    ]
+
+
+class CallBuffer:
+    """A streamed reply: what cannot belong to a call is released, the rest held.
+
+    Held from the first call marker on (or a tail that may begin one); a
+    format whose call is the whole reply holds a reply that begins like one;
+    a forced call holds everything.
+    """
+
+    def __init__(self, call_format: CallFormat, forced: bool) -> None:
+        self._format = call_format
+        self._text = ""
+        self._sent = 0
+        self._holding = forced
+
+    def push(self, text: str) -> str:
+        """Text safe to send as content now."""
+        self._text += text
+        if self._holding:
+            return ""
+        safe, self._holding = self._format.safe_prefix(self._text)
+        out = self._text[self._sent : safe]
+        self._sent = max(self._sent, safe)
+        return out
+
+    @property
+    def text(self) -> str:
+        """The whole reply so far."""
+        return self._text
+
+    def rest(self) -> str:
+        """What is held, released as content when the reply holds no call."""
+        out = self._text[self._sent :]
+        self._sent = len(self._text)
+        return out

@@ -1,0 +1,481 @@
+"""Function calling on chat (OAI-TOOLS) with the real SmolLM2, in process.
+
+SmolLM2's own template takes no tools, so the models directory built here
+holds SmolLM2 under the three test templates (tests/data/templates): one
+folder per call format, the weights symlinked, only `chat_template.jinja`
+differing. A greedy few-shot history of three `get_weather` calls makes the
+model call in all three formats. Tests are grouped by family (a
+module-scoped parametrized fixture), so each model loads once and the kept
+prefix cache serves every request after a family's first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from miserver.app import Server
+from miserver.settings import Settings
+from tests.conftest import MODEL_ID, cache_dir
+
+pytestmark = pytest.mark.model
+
+CHAT = "/v1/chat/completions"
+GGUF_ID = f"{MODEL_ID}:Q4_1"
+FAMILIES = ("hermes", "lfm2", "llama3")
+SOURCE = "SmolLM2-135M-Instruct.Q4_1-747cb1f0195582d0"
+TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
+
+CHATML = (
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+GEMMA = (
+    "{#- Tools declared and called Gemma-style: "
+    "<start_function_call>call:name{city:<escape>Paris<escape>}<end_function_call> -#}\n"
+    "{%- if tools %}<start_function_declaration>{{ tools | tojson }}"
+    "<end_function_declaration>\n{% endif %}" + CHATML
+)
+EXTRA_TEMPLATES = {"gemma": GEMMA, "plain": CHATML}
+
+WEATHER: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+PARIS = {"city": "Paris"}
+
+
+def few_shot(*, as_object: bool = False, last_result: str = "3 C") -> list[dict[str, Any]]:
+    """Three asked-called-answered turns, then the question the model should call for.
+
+    `as_object` sends the history's `arguments` as objects instead of JSON
+    strings; `last_result` is the last tool message's content.
+    """
+    messages: list[dict[str, Any]] = []
+    for city, result in [("London", "12 C"), ("Rome", "25 C"), ("Oslo", last_result)]:
+        arguments: Any = {"city": city} if as_object else json.dumps({"city": city})
+        call = {"name": "get_weather", "arguments": arguments}
+        messages += [
+            {"role": "user", "content": f"What is the weather in {city}?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": f"call_{city}", "type": "function", "function": call}],
+            },
+            {"role": "tool", "tool_call_id": f"call_{city}", "content": result},
+            {"role": "assistant", "content": f"It is {result} in {city}."},
+        ]
+    return [*messages, {"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def link_model(models: Path, name: str, template: str | None) -> None:
+    """SmolLM2's cached HF folder as `models/name`, with `template` as its chat template."""
+    source = cache_dir() / SOURCE
+    folder = models / name
+    folder.mkdir()
+    for path in source.iterdir():
+        if path.name == "chat_template.jinja":
+            continue
+        if path.name == "tokenizer_config.json":
+            config = json.loads(path.read_text(encoding="utf-8"))
+            if "chat_template" in config:  # keep the folder template-free where asked
+                del config["chat_template"]
+                (folder / path.name).write_text(json.dumps(config), encoding="utf-8")
+                continue
+        (folder / path.name).symlink_to(path)
+    if template is not None:
+        (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
+
+
+def build_models_dir(models: Path) -> Path:
+    """`SmolLM2-<family>` for every test template, plus `-gemma`, `-plain`, `-notemplate`."""
+    for family in FAMILIES:
+        link_model(models, f"SmolLM2-{family}", (TEMPLATES / f"{family}.jinja").read_text())
+    for name, template in EXTRA_TEMPLATES.items():
+        link_model(models, f"SmolLM2-{name}", template)
+    link_model(models, "SmolLM2-notemplate", None)
+    return models
+
+
+@pytest.fixture(scope="session")
+def tool_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (cache_dir() / SOURCE / "config.json").is_file():
+        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
+    return build_models_dir(tmp_path_factory.mktemp("tool-models"))
+
+
+@pytest.fixture(scope="module")
+def tools_client(
+    tool_models: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestClient]:
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("tools-data"),
+        cache_dir=cache_dir(),
+        model=MODEL_ID,
+        models_dir=tool_models,
+        queue_heartbeat=0.2,
+    )
+    server = Server(settings, preload=False)
+    with TestClient(server, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request: pytest.FixtureRequest) -> str:
+    """The call format under test; tests run grouped by it (one load each)."""
+    return str(request.param)
+
+
+def body(family: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": f"SmolLM2-{family}",
+        "messages": few_shot(),
+        "tools": WEATHER,
+        "max_tokens": 40,
+        "temperature": 0,
+        **extra,
+    }
+
+
+def post(client: TestClient, payload: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(CHAT, json=payload)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def sse_data(client: TestClient, payload: dict[str, Any]) -> list[Any]:
+    """The `data:` payloads of a stream, `[DONE]` kept as a string."""
+    with client.stream("POST", CHAT, json={**payload, "stream": True}) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["X-miLLM-Model"] == payload["model"]
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    payloads = [line.removeprefix("data: ") for line in lines]
+    return [p if p == "[DONE]" else json.loads(p) for p in payloads]
+
+
+def error_of(response: Any, status: int, code: str, param: str | None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == (code, param), error
+    return dict(error)
+
+
+def assert_weather_call(call: dict[str, Any], *, streamed: bool = False) -> None:
+    """OAI-TOOLS-04 / -06: one call in OpenAI's shape, its arguments a whole JSON string."""
+    keys = {"index", "id", "type", "function"} if streamed else {"id", "type", "function"}
+    assert set(call) == keys, call
+    assert call["id"].startswith("call_") and len(call["id"]) > len("call_")
+    assert call["type"] == "function"
+    assert set(call["function"]) == {"name", "arguments"}
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(call["function"]["arguments"], str)
+    assert json.loads(call["function"]["arguments"]) == PARIS
+    if streamed:
+        assert call["index"] == 0
+
+
+def assert_plain(choice: dict[str, Any]) -> None:
+    """OAI-TOOLS-21: an unparsed reply is content with its usual finish_reason."""
+    assert "tool_calls" not in choice["message"]
+    assert isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] in {"stop", "length"}
+
+
+def function_of(reply: dict[str, Any]) -> dict[str, Any]:
+    """The first call's `function` of a reply."""
+    return dict(reply["choices"][0]["message"]["tool_calls"][0]["function"])
+
+
+class Replies:
+    """Each distinct request answered once per module (greedy replies repeat)."""
+
+    def __init__(self, client: TestClient) -> None:
+        self._client = client
+        self._seen: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
+        key = json.dumps(payload, sort_keys=True)
+        if key not in self._seen:
+            self._seen[key] = post(self._client, payload)
+        return self._seen[key]
+
+
+@pytest.fixture(scope="module")
+def replies(tools_client: TestClient) -> Replies:
+    return Replies(tools_client)
+
+
+# -- refusals before any load --------------------------------------------------------
+
+
+def test_forced_function_must_be_offered(tools_client: TestClient) -> None:
+    """OAI-TOOLS-16: a forced name not in `tools` is 400 invalid_parameter, before any load."""
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    response = tools_client.post(CHAT, json=body("hermes", tool_choice=choice))
+    error = error_of(response, 400, "invalid_parameter", "tool_choice")
+    assert "get_time" in error["message"]
+    assert tools_client.app.state.manager.resident is None  # type: ignore[attr-defined]
+
+
+def test_tool_choice_needs_tools_and_names_are_unique(tools_client: TestClient) -> None:
+    """OAI-TOOLS-16: tool_choice without tools, or a name offered twice, is refused."""
+    lone = {"model": "SmolLM2-hermes", "messages": few_shot(), "tool_choice": "required"}
+    error_of(tools_client.post(CHAT, json=lone), 400, "invalid_parameter", "tool_choice")
+    twice = body("hermes", tools=WEATHER + WEATHER)
+    error_of(tools_client.post(CHAT, json=twice), 400, "invalid_parameter", "tools")
+    assert tools_client.app.state.manager.resident is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tools", WEATHER), ("tool_choice", "auto"), ("parallel_tool_calls", False)],
+    ids=["OAI-TOOLS-22-tools", "OAI-TOOLS-22-tool_choice", "OAI-TOOLS-22-parallel_tool_calls"],
+)
+def test_gguf_refuses_tools_before_loading(
+    tools_client: TestClient, field: str, value: Any
+) -> None:
+    """OAI-TOOLS-22: tools on a GGUF model is field_not_honoured, before any load."""
+    payload = {"model": GGUF_ID, "messages": few_shot()[-1:], field: value}
+    error_of(tools_client.post(CHAT, json=payload), 400, "field_not_honoured", field)
+    assert tools_client.app.state.manager.resident is None  # type: ignore[attr-defined]
+
+
+def test_scoring_refuses_tools(tools_client: TestClient) -> None:
+    """OAI-TOOLS-27: tools on a scoring request is field_not_honoured naming `tools`."""
+    payload = body("hermes", logprobs=True, max_tokens=1)
+    error_of(tools_client.post(CHAT, json=payload), 400, "field_not_honoured", "tools")
+    assert tools_client.app.state.manager.resident is None  # type: ignore[attr-defined]
+
+
+def test_tools_refuse_a_response_format(tools_client: TestClient) -> None:
+    """OAI-TOOLS-28: tools with a non-text response_format is 400 naming `tools`."""
+    payload = body("hermes", response_format={"type": "json_object"})
+    error_of(tools_client.post(CHAT, json=payload), 400, "response_format_unsupported", "tools")
+    text = post(tools_client, body("hermes", response_format={"type": "text"}, max_tokens=1))
+    assert text["choices"][0]["finish_reason"] in {"length", "tool_calls"}
+
+
+# -- the three call formats ---------------------------------------------------------
+
+
+def test_auto_shows_the_tools_and_parses_the_reply(family: str, replies: Replies) -> None:
+    """OAI-TOOLS-01, -02, -03, -11, -12 (auto is the default), -21 (hermes answers a
+    `<tool_response>` text: plain content)."""
+    default = replies(body(family, max_tokens=1))
+    auto = replies(body(family, tool_choice="auto", max_tokens=1))
+    assert default["usage"]["prompt_tokens"] == auto["usage"]["prompt_tokens"]
+    assert default["choices"] == auto["choices"]
+    reply = replies(body(family, tool_choice="auto"))
+    [choice] = reply["choices"]
+    if family == "hermes":
+        assert_plain(choice)
+        assert "<tool_response>" in choice["message"]["content"]
+        return
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"] is None
+    [call] = choice["message"]["tool_calls"]
+    assert_weather_call(call)
+
+
+@pytest.mark.parametrize("choice", ["required", NAMED], ids=["OAI-TOOLS-14", "OAI-TOOLS-15"])
+def test_forced_call(family: str, choice: Any, replies: Replies, tools_client: TestClient) -> None:
+    """OAI-TOOLS-03, -04, -14, -15, -30, -32: a forced call, its opening part of the prompt."""
+    response = tools_client.post(CHAT, json=body(family, tool_choice=choice))
+    assert response.status_code == 200, response.text
+    assert response.headers["X-miLLM-Model"] == f"SmolLM2-{family}"
+    assert response.headers["X-miLLM-Steering"] == "none"
+    reply = response.json()
+    [only] = reply["choices"]
+    assert only["finish_reason"] == "tool_calls"
+    assert set(only["message"]) == {"role", "content", "tool_calls"}
+    assert only["message"]["role"] == "assistant" and only["message"]["content"] is None
+    [call] = only["message"]["tool_calls"]
+    assert_weather_call(call)
+    auto = replies(body(family, tool_choice="auto", max_tokens=1))
+    assert reply["usage"]["prompt_tokens"] > auto["usage"]["prompt_tokens"]  # the opening
+
+
+def test_streamed_forced_call(family: str, tools_client: TestClient) -> None:
+    """OAI-TOOLS-01, -05, -06, -07, -30: the call whole in one delta, then finish tool_calls."""
+    events = sse_data(tools_client, body(family, tool_choice=NAMED))
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["millm_steering"] == "none"
+    final = chunks[-2]
+    assert final["choices"][0]["finish_reason"] == "tool_calls"
+    assert final["usage"]["completion_tokens"] > 0
+    deltas = [c["choices"][0]["delta"] for c in chunks[1:-2]]
+    with_calls = [i for i, d in enumerate(deltas) if "tool_calls" in d]
+    assert len(with_calls) == 1, deltas
+    [call] = deltas[with_calls[0]]["tool_calls"]
+    assert_weather_call(call, streamed=True)
+    assert not any(d.get("content") for d in deltas), deltas  # forced: no text before it
+
+
+def test_streamed_auto_matches_the_reply(
+    family: str, replies: Replies, tools_client: TestClient
+) -> None:
+    """OAI-TOOLS-05, -06, -07, -21: content only before the call; an unparsed reply's held
+    text comes out as content with its usual finish_reason."""
+    reply = replies(body(family, tool_choice="auto"))["choices"][0]
+    chunks = sse_data(tools_client, body(family, tool_choice="auto"))[:-1]
+    deltas = [c["choices"][0]["delta"] for c in chunks[1:-2]]
+    finish = chunks[-2]["choices"][0]["finish_reason"]
+    assert finish == reply["finish_reason"]
+    calls = [i for i, d in enumerate(deltas) if "tool_calls" in d]
+    text = "".join(d.get("content") or "" for d in deltas)
+    if "tool_calls" not in reply["message"]:
+        assert calls == [] and text == reply["message"]["content"]
+        return
+    assert len(calls) == 1 and not any(d.get("content") for d in deltas[calls[0] :])
+    assert text == (reply["message"]["content"] or "")
+    [call] = deltas[calls[0]]["tool_calls"]
+    assert_weather_call(call, streamed=True)
+
+
+def test_history_arguments_as_string_or_object(family: str, replies: Replies) -> None:
+    """OAI-TOOLS-18: a history call's arguments render the same as JSON string or object."""
+    as_string = replies(body(family, tool_choice=NAMED))
+    as_object = replies(body(family, tool_choice=NAMED, messages=few_shot(as_object=True)))
+    assert as_object["usage"]["prompt_tokens"] == as_string["usage"]["prompt_tokens"]
+    assert as_object["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert function_of(as_object) == function_of(as_string)
+
+
+def test_tool_results_are_rendered(family: str, replies: Replies) -> None:
+    """OAI-TOOLS-19, -21, -32: a longer tool result is a longer prompt; a call cut short is
+    plain content (finish "length"), without the forced opening."""
+    short = replies(body(family, tool_choice=NAMED, max_tokens=1))
+    longer = few_shot(last_result="3 C, with wind from the north and light snow")
+    long = replies(body(family, tool_choice=NAMED, max_tokens=1, messages=longer))
+    assert long["usage"]["prompt_tokens"] > short["usage"]["prompt_tokens"]
+    [choice] = short["choices"]
+    assert_plain(choice)
+    assert choice["finish_reason"] == "length"
+    assert "get_weather" not in choice["message"]["content"]
+
+
+@pytest.mark.parametrize("family", ["lfm2", "llama3"], indirect=True)
+def test_a_call_to_a_function_not_offered_is_content(
+    family: str, replies: Replies, tools_client: TestClient
+) -> None:
+    """OAI-TOOLS-21: the history's get_weather called where only get_time is offered: the
+    call is returned as plain content, streamed or not, with finish "stop"."""
+    get_time = {**WEATHER[0]["function"], "name": "get_time", "description": "Get the time"}
+    ask = body(family, tools=[{"type": "function", "function": get_time}])
+    [choice] = replies(ask)["choices"]
+    assert_plain(choice)
+    assert "get_weather" in choice["message"]["content"] and choice["finish_reason"] == "stop"
+    chunks = sse_data(tools_client, ask)[:-1]
+    deltas = [c["choices"][0]["delta"] for c in chunks[1:-2]]
+    assert not any("tool_calls" in d for d in deltas)
+    assert "".join(d.get("content") or "" for d in deltas) == choice["message"]["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+# -- one model each -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["lfm2"], indirect=True)
+def test_parallel_tool_calls_false_gives_at_most_one(family: str, replies: Replies) -> None:
+    """OAI-TOOLS-17: where the model calls twice (each history turn does), parallel_tool_calls
+    false returns one call."""
+    messages: list[dict[str, Any]] = []
+    for first, second in [("London", "Rome"), ("Oslo", "Bern")]:
+        calls = [
+            {
+                "id": f"call_{city}",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+            }
+            for city in (first, second)
+        ]
+        messages += [
+            {"role": "user", "content": f"What is the weather in {first} and {second}?"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": f"call_{first}", "content": "12 C"},
+            {"role": "tool", "tool_call_id": f"call_{second}", "content": "20 C"},
+            {"role": "assistant", "content": f"{first}: 12 C. {second}: 20 C."},
+        ]
+    messages.append({"role": "user", "content": "What is the weather in Paris and Madrid?"})
+    ask = body(family, messages=messages, tool_choice="required")
+    both = replies(ask)["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"]) for c in both] == [PARIS, {"city": "Madrid"}]
+    one = replies({**ask, "parallel_tool_calls": False})["choices"][0]
+    assert one["finish_reason"] == "tool_calls"
+    [call] = one["message"]["tool_calls"]
+    assert_weather_call(call)
+
+
+@pytest.mark.parametrize("family", ["hermes"], indirect=True)
+def test_tool_choice_none_hides_the_tools(family: str, replies: Replies) -> None:
+    """OAI-TOOLS-13: "none" renders no tools (a shorter prompt) and parses nothing, even a
+    reply that reads like a call."""
+    auto = replies(body(family, tool_choice="auto", max_tokens=1))
+    none = replies(body(family, tool_choice="none"))
+    assert none["usage"]["prompt_tokens"] < auto["usage"]["prompt_tokens"]
+    [choice] = none["choices"]
+    assert_plain(choice)
+
+
+# -- templates that cannot take tools -----------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["reply", "stream"])
+@pytest.mark.parametrize(
+    "model",
+    [MODEL_ID, "SmolLM2-plain", "SmolLM2-gemma"],
+    ids=["OAI-TOOLS-23-default", "OAI-TOOLS-23", "OAI-TOOLS-24"],
+)
+def test_templates_without_a_known_call_format_refuse_tools(
+    tools_client: TestClient, model: str, stream: bool
+) -> None:
+    """OAI-TOOLS-23, -24: field_not_honoured naming `tools`, once resident, before a 200."""
+    payload = body("plain", model=model, stream=stream)
+    error_of(tools_client.post(CHAT, json=payload), 400, "field_not_honoured", "tools")
+    resident = tools_client.app.state.manager.resident  # type: ignore[attr-defined]
+    assert resident is not None and resident[0].model_id == model
+
+
+def test_a_model_without_template_refuses_tool_history(tools_client: TestClient) -> None:
+    """OAI-TOOLS-20: 400 naming the first call or tool result, never dropped."""
+    payload = {"model": "SmolLM2-notemplate", "messages": few_shot(), "max_tokens": 1}
+    error_of(
+        tools_client.post(CHAT, json=payload), 400, "invalid_parameter", "messages[1].tool_calls"
+    )
+    results = [{"role": "user", "content": "Hi"}, *few_shot()[2:]]
+    payload = {**payload, "messages": results}
+    error_of(tools_client.post(CHAT, json=payload), 400, "invalid_parameter", "messages[1]")
+    plain = post(tools_client, {**payload, "messages": [{"role": "user", "content": "Hi"}]})
+    assert plain["choices"][0]["finish_reason"] == "length"
+
+
+def test_gguf_reports_tool_history_as_ignored(tools_client: TestClient) -> None:
+    """OAI-TOOLS-33: tool-call history is reported; llama.cpp gets role and content only."""
+    messages = [*few_shot()[:4], {"role": "user", "content": "And in Paris?"}]
+    payload = {"model": GGUF_ID, "messages": messages, "max_tokens": 8, "temperature": 0}
+    response = tools_client.post(CHAT, json=payload)
+    assert response.status_code == 200, response.text
+    ignored = response.headers["X-miLLM-Ignored-Fields"]
+    assert '"messages[1].tool_calls"' in ignored and '"messages[2].tool_call_id"' in ignored
+    bare = [{"role": m["role"], "content": m["content"] or ""} for m in messages]
+    same = post(tools_client, {**payload, "messages": bare})
+    assert response.json()["choices"][0]["message"] == same["choices"][0]["message"]

@@ -1,0 +1,174 @@
+"""The tool ask, the plan against a template, and the stream's hold-back (serving/tools.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from miserver.engines.base import ChatPrompt
+from miserver.http.errors import ApiError
+from miserver.serving.toolcalls import FORMATS
+from miserver.serving.tools import CallBuffer, tool_ask, tool_plan
+
+TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time"}}
+ODD = {
+    "type": "function",
+    "function": {"name": "odd", "parameters": {"type": "object", "not": {"required": ["x"]}}},
+}
+
+
+def template(name: str) -> str:
+    return (TEMPLATES / f"{name}.jinja").read_text("utf-8")
+
+
+def test_no_tools_is_no_ask() -> None:
+    """OAI-TOOLS-12: without tools nothing changes; `none` alone is the no-change value."""
+    assert tool_ask({}) is None
+    assert tool_ask({"tools": [], "tool_choice": "none"}) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "function": {"name": ""}}}, "tool_choice"),
+        ({"tools": [WEATHER], "tool_choice": {"function": {"name": "nope"}}}, "tool_choice"),
+        ({"tools": [WEATHER, WEATHER]}, "tools"),
+    ],
+    ids=["choice-without-tools", "named-without-tools", "OAI-TOOLS-16", "duplicate-names"],
+)
+def test_refusals_before_any_load(body: dict[str, Any], param: str) -> None:
+    """OAI-TOOLS-16: a forced function must be in `tools`; 400 invalid_parameter naming it."""
+    with pytest.raises(ApiError) as info:
+        tool_ask(body)
+    assert (info.value.code, info.value.param) == ("invalid_parameter", param)
+
+
+def test_ask_defaults_and_limit() -> None:
+    """OAI-TOOLS-12, OAI-TOOLS-17: `auto` by default; parallel_tool_calls false is one call."""
+    ask = tool_ask({"tools": [WEATHER, TIME]})
+    assert ask is not None and (ask.choice, ask.name, ask.limit) == ("auto", None, None)
+    one = tool_ask({"tools": [WEATHER], "parallel_tool_calls": False})
+    assert one is not None and one.limit == 1
+    named = tool_ask({"tools": [WEATHER], "tool_choice": {"function": {"name": "get_weather"}}})
+    assert named is not None and (named.choice, named.name) == ("function", "get_weather")
+
+
+def test_parameters_outside_the_subset_are_enforced_as_any_object() -> None:
+    """OAI-TOOLS-15: a forced call's grammar uses the function's schema when the server can
+    enforce it, else any JSON object (a tool definition is never refused for its schema)."""
+    ask = tool_ask({"tools": [WEATHER, TIME, ODD]})
+    assert ask is not None
+    assert ask.parameters == {
+        "get_weather": WEATHER["function"]["parameters"],  # type: ignore[index]
+        "get_time": {"type": "object"},
+        "odd": {"type": "object"},
+    }
+
+
+def test_templates_without_tools_or_with_unknown_formats_are_refused() -> None:
+    """OAI-TOOLS-23, OAI-TOOLS-24: field_not_honoured naming `tools`."""
+    ask = tool_ask({"tools": [WEATHER]})
+    plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    gemma = "{% if tools %}<start_function_declaration>{{ tools }}{% endif %}"
+    for text in (None, plain, gemma):
+        with pytest.raises(ApiError) as info:
+            tool_plan(ask, text)
+        assert (info.value.code, info.value.param) == ("field_not_honoured", "tools")
+
+
+def test_none_is_a_plain_chat() -> None:
+    """OAI-TOOLS-13: `none` does not show the tools (even to a template that takes none)."""
+    assert tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": "none"}), None) is None
+
+
+@pytest.mark.parametrize("family", ["hermes", "lfm2", "llama3"])
+def test_auto_shows_the_tools_and_opens_nothing(family: str) -> None:
+    """OAI-TOOLS-02, OAI-TOOLS-11, OAI-TOOLS-12: the template's format, no opening."""
+    plan = tool_plan(tool_ask({"tools": [WEATHER]}), template(family))
+    assert plan is not None and plan.format.name == family
+    assert (plan.opening, plan.constraint) == ("", None)
+    prompt = plan.prompt(ChatPrompt(({"role": "user", "content": "hi"},)))
+    assert prompt.tools == (WEATHER,) and prompt.opening == ""
+
+
+@pytest.mark.parametrize(
+    ("family", "head", "tail"),
+    [
+        ("hermes", 'get_weather", "arguments": ', "}\n</tool_call>"),
+        ("llama3", 'get_weather", "parameters": ', "}"),
+    ],
+)
+def test_forced_calls_are_constrained_where_arguments_are_json(
+    family: str, head: str, tail: str
+) -> None:
+    """OAI-TOOLS-14, OAI-TOOLS-15: the opening ends the prompt; what follows it is one
+    offered function's name (required) and arguments valid under its schema."""
+    required = tool_plan(
+        tool_ask({"tools": [WEATHER], "tool_choice": "required"}), template(family)
+    )
+    assert required is not None and required.constraint is not None
+    assert required.constraint.kind == "call"
+    payload = json.loads(required.constraint.text)
+    assert payload == {"options": [[head, WEATHER["function"]["parameters"]]], "tail": tail}  # type: ignore[index]
+    forced = {"function": {"name": "get_weather"}}
+    named = tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": forced}), template(family))
+    assert named is not None and named.constraint is not None
+    assert json.loads(named.constraint.text)["options"] == [["", WEATHER["function"]["parameters"]]]  # type: ignore[index]
+    assert named.opening.endswith(": ") and "get_weather" in named.opening
+
+
+def test_lfm2_forced_calls_are_opened_not_constrained() -> None:
+    """OAI-TOOLS-14: LFM2 writes Python-style arguments, so only the opening forces the call."""
+    plan = tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": "required"}), template("lfm2"))
+    assert plan is not None and plan.opening == "<|tool_call_start|>[" and plan.constraint is None
+
+
+def pushed(buffer: CallBuffer, parts: list[str]) -> str:
+    return "".join(buffer.push(p) for p in parts)
+
+
+def test_stream_sends_text_before_a_call_and_holds_the_call() -> None:
+    """OAI-TOOLS-05, OAI-TOOLS-06: content deltas stop at the call marker, even split."""
+    buffer = CallBuffer(FORMATS["hermes"], forced=False)
+    sent = pushed(
+        buffer, ["Let me check. <tool", '_call>\n{"name": "get_weather"', "}</tool_call>"]
+    )
+    assert sent == "Let me check. "
+    assert buffer.text.startswith("Let me check. <tool_call>")
+    assert buffer.rest().startswith("<tool_call>")
+
+
+def test_stream_releases_a_false_start() -> None:
+    """OAI-TOOLS-05, OAI-TOOLS-21: `<tool` that never becomes a marker is content."""
+    buffer = CallBuffer(FORMATS["hermes"], forced=False)
+    assert pushed(buffer, ["a <to", "ol belt"]) == "a <tool belt"
+
+
+def test_whole_reply_format_holds_a_reply_that_begins_like_a_call() -> None:
+    """OAI-TOOLS-10: a Llama 3 call is the whole reply: one starting with `{` is held."""
+    held = CallBuffer(FORMATS["llama3"], forced=False)
+    assert pushed(held, [" ", '{"name"', ": 1}"]) == ""
+    free = CallBuffer(FORMATS["llama3"], forced=False)
+    assert pushed(free, ["Sure, ", '{"name": 1}']) == 'Sure, {"name": 1}'
+
+
+def test_forced_call_holds_everything() -> None:
+    """OAI-TOOLS-32: after a forced opening every token belongs to the call."""
+    buffer = CallBuffer(FORMATS["lfm2"], forced=True)
+    assert pushed(buffer, ["city='Paris')]", "<|tool_call_end|>"]) == ""
