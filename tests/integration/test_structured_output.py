@@ -172,18 +172,19 @@ def test_every_supported_keyword_is_enforced(client: TestClient) -> None:
 
 
 def test_twenty_samples_at_temperature_one_all_validate(client: TestClient) -> None:
-    """OAI-SO-02, -08, -18: 20 sampled choices (temperature 1, seeded): every one the model
-    ended validates; nearly all end within the budget."""
+    """OAI-SO-02, -08, -18: 20 sampled choices (temperature 1, seeded) all end and validate.
+
+    Every document VERDICT allows is at most about 14 tokens (`answer` an enum, `score` one
+    digit, no other key, no free whitespace), so a budget of 24 never cuts one.
+    """
     response = ask(
         client, json_schema(VERDICT), VERDICT_PROMPT, n=20, temperature=1, seed=7, max_tokens=24
     )
     found = choices(response)
     assert len(found) == 20
-    stopped = [text for finish, text in found if finish == "stop"]
-    assert len(stopped) >= 15, found
-    for text in stopped:
+    for finish, text in found:
+        assert finish == "stop", found
         assert_valid(text, VERDICT)
-    assert all(finish in {"stop", "length"} for finish, _ in found)
 
 
 def test_strict_false_is_still_enforced(client: TestClient) -> None:
