@@ -2,8 +2,137 @@
 #   filename:  api.yaml
 
 from __future__ import annotations
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+
+class Switch(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    flag: str
+    value: Any
+    deprecated: bool | None = None
+
+
+class Typical(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    min: float
+    max: float
+
+
+class LabelledValue(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    value: Any
+    label: str
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    values: Annotated[
+        dict[str, Any], Field(description="Every parameter, keyed by `key`.")
+    ]
+    user_keys: list[str]
+    args: Annotated[
+        list[str],
+        Field(description="The `miserver serve` flags that reproduce the config."),
+    ]
+    valid: bool
+    error: str
+    reload_required: bool
+    plan: Annotated[dict[str, Any] | None, Field(...)]
+    auto_plan: bool
+
+
+class ConfigUpdate(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    values: dict[str, Any] | None = None
+    reset: list[str] | None = None
+    auto_plan: bool | None = None
+
+
+class ConfigChange(Config):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    rejected: Annotated[
+        dict[str, str], Field(description="Why each refused key was not applied.")
+    ]
+
+
+class LocalModel(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    path: str
+    dir: str
+    folder: str
+    bytes: int
+    shards: int
+    files: list[str]
+    arch: str
+    role: Literal["model", "projector", "draft", "other", ""]
+    streamable: bool
+    complete: bool
+    format: Literal["gguf", "hf"]
+    loadable: bool
+
+
+class LoadRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[str | None, Field(min_length=1)] = None
+
+
+class Host(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    ram_total_mib: int
+    ram_available_mib: int
+    cpu_threads: int
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    path: str
+    name: str
+    arch: str
+    n_ctx: int
+    think_ctl: str
+    load_s: float
+    n_expert_used: int
+    streaming: bool
+    engine: Literal["llama.cpp", "transformers"]
+    compute_threads: int
+    busy_threads: int
+
+
+class Info(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    version: str
+    overlap_available: bool
+    planner_available: bool
+    host: Host
+    state: Literal["empty", "planning", "loading", "ready", "error"]
+    error: str
+    model: Annotated[Model | None, Field(...)]
+    generating: bool
 
 
 class Error(BaseModel):
@@ -274,3 +403,44 @@ class ProfileChange(BaseModel):
     ]
     epoch: int
     steering: str
+
+
+class Param(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    key: str
+    label: str
+    type: Literal["bool", "int", "float", "path", "text", "choice"]
+    group: str
+    group_label: str
+    level: Literal["basic", "advanced", "experimental", "debug"]
+    scope: Literal["request", "session"]
+    help: str
+    flag: Annotated[
+        str | None,
+        Field(description="The `miserver serve` flag, null where there is none."),
+    ]
+    default: Annotated[
+        Any, Field(description='The server default, in the row type (or "auto").')
+    ]
+    short: str | None = None
+    switches: list[Switch] | None = None
+    choices: list[LabelledValue] | None = None
+    min: float | None = None
+    max: float | None = None
+    unit: str | None = None
+    typical: Typical | None = None
+    special: list[LabelledValue] | None = None
+    lossy: bool | None = None
+    accepts_auto: bool | None = None
+
+
+class ModelListing(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    models_dir: str
+    scan_dirs: list[str]
+    local: list[LocalModel]
+    catalog: list[dict[str, Any]]

@@ -1,6 +1,7 @@
 """Builds the server: the Connexion app from spec/openapi, and its state.
 
 Server (ASGI)            lifespan: load the launch model, close at exit
+  -> SecurityMiddleware  Host, Origin, API key, body cap, media type; headers
   -> connexion AsyncApp  routing + validation against spec/openapi/v1.yaml
      -> handlers/        thin: typed request in, service call, response out
 """
@@ -20,14 +21,19 @@ from connexion.options import SwaggerUIOptions
 from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
+from .access import AccessPolicy, access_policy
 from .http.errors import ApiError, internal_error
+from .http.security import SecurityMiddleware
 from .http.validation import OpenAIBodyValidator, OpenAIParameterValidator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
+from .serving.config import ConfigService
 from .serving.decide import Decider
 from .serving.embeddings import EmbeddingService
+from .serving.events import EventBus, LogEvents
 from .serving.scheduler import Scheduler
 from .serving.service import CompletionService
+from .serving.session import Session
 from .settings import Settings
 from .steering.admin import SteeringAdmin
 from .steering.dial import Bounds
@@ -57,6 +63,9 @@ class ServerState:
     admin: SteeringAdmin
     decider: Decider
     embeddings: EmbeddingService
+    session: Session
+    bus: EventBus
+    config: ConfigService
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -142,9 +151,17 @@ def build_connexion() -> AsyncApp:
 
 
 class Server:
-    """The ASGI application: one model manager, one scheduler, one Connexion app."""
+    """The ASGI application: one model manager, one scheduler, one Connexion app.
 
-    def __init__(self, settings: Settings, *, preload: bool = True) -> None:
+    `policy` is the security model's start-up result (`access_policy`, which
+    raises StartRefused before anything is built); by default it is computed
+    from `settings`.
+    """
+
+    def __init__(
+        self, settings: Settings, *, preload: bool = True, policy: AccessPolicy | None = None
+    ) -> None:
+        self.policy = policy if policy is not None else access_policy(settings)
         self.settings = settings
         self._preload = preload
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
@@ -156,14 +173,31 @@ class Server:
         live = LiveSteering(
             SAERegistry(settings.resolved_saes_dir), ProfileStore(self._db), self._db, bounds
         )
-        service = CompletionService(settings, manager, scheduler, self._executor, live)
+        self.bus = EventBus()
+        self._log_events = LogEvents(self.bus)
+        logging.getLogger("miserver").addHandler(self._log_events)
+        session = Session(manager, scheduler, self.bus, self._launch_id)
+        service = CompletionService(
+            settings, manager, scheduler, self._executor, live, session, self.bus
+        )
         admin = SteeringAdmin(live, manager)
         decider = Decider(manager, scheduler, self._executor)
         embeddings = EmbeddingService(settings, manager, scheduler, self._executor)
+        config = ConfigService.open(settings, self.bus, self._launch_id, manager)
         self.state = ServerState(
-            settings, manager, scheduler, service, live, admin, decider, embeddings
+            settings,
+            manager,
+            scheduler,
+            service,
+            live,
+            admin,
+            decider,
+            embeddings,
+            session,
+            self.bus,
+            config,
         )
-        self._app = build_connexion()
+        self._app = SecurityMiddleware(build_connexion(), self.policy)
 
     def launch_model_id(self) -> str | None:
         return self._launch_id
@@ -180,6 +214,7 @@ class Server:
                 self.state.scheduler.leave(ticket)
 
     def shutdown(self) -> None:
+        logging.getLogger("miserver").removeHandler(self._log_events)
         self.state.manager.close()
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._db.close()

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from . import settings as settings_mod
+from .access import StartRefused, access_policy
 
 log = logging.getLogger("miserver")
 
@@ -40,20 +41,34 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .app import Server
-
+    """Check the start-up rules (exit 2 on a refusal, nothing listens), then serve."""
     settings = settings_mod.from_args(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    server = Server(settings)
+    try:
+        policy = access_policy(settings)
+    except StartRefused as exc:
+        log.error("refusing to start: %s", exc)
+        return 2
+    if policy.warning is not None:
+        log.warning("%s", policy.warning)
+
+    import uvicorn
+
+    from .app import Server
+
+    server = Server(settings, policy=policy)
     log.info(
         "serving %s on http://%s:%d/v1", server.launch_model_id(), settings.host, settings.port
     )
     uvicorn.run(
-        server, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on"
+        server,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        lifespan="on",
+        proxy_headers=False,  # the TCP peer decides who is local, never a header (LOC-SEC-65)
     )
     return 0
 

@@ -1,8 +1,11 @@
 """Every knob of the server in one typed place.
 
 Each setting has a default, an environment variable and (for most) a
-`miserver serve` flag; flags win over the environment. docs/SETTINGS.md
-documents every one (a test keeps the two in step).
+`miserver serve` flag; flags win over the environment. The security
+settings (bind address, API key, origins, model confinement) are flags only:
+nothing inherited from the environment changes who may reach the server
+(LOC-SEC-01). docs/SETTINGS.md documents every one (a test keeps the two in
+step).
 """
 
 from __future__ import annotations
@@ -17,14 +20,54 @@ from typing import Any
 import platformdirs
 
 
-def _knob(default: Any, env: str, flag: str | None, help: str) -> Any:
-    return field(default=default, metadata={"env": env, "flag": flag, "help": help})
+def _knob(default: Any, env: str | None, flag: str | None, help: str, *, shown: bool = True) -> Any:
+    """A setting; `shown=False` keeps a secret out of the settings' repr (and so out of logs)."""
+    metadata = {"env": env, "flag": flag, "help": help}
+    return field(default=default, repr=shown, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    host: str = _knob("127.0.0.1", "MISERVER_HOST", "--host", "Address to bind.")
+    host: str = _knob(
+        "127.0.0.1",
+        None,
+        "--host",
+        "Address to bind (flag only). Beyond loopback it needs --api-key-file, --api-key "
+        "or --no-api-key.",
+    )
     port: int = _knob(8000, "MISERVER_PORT", "--port", "TCP port to bind.")
+    api_key_file: Path | None = _knob(
+        None,
+        None,
+        "--api-key-file",
+        "File holding the API key every /api and /v1 request must send as "
+        "`Authorization: Bearer KEY` (trailing line breaks and blanks ignored).",
+    )
+    api_key: str | None = _knob(
+        None,
+        None,
+        "--api-key",
+        "The API key itself (visible in the process list: prefer --api-key-file).",
+        shown=False,
+    )
+    no_api_key: bool = _knob(
+        False,
+        None,
+        "--no-api-key",
+        "Serve a non-loopback --host with no key, on purpose (logged as a warning).",
+    )
+    allow_origin: tuple[str, ...] = _knob(
+        (),
+        None,
+        "--allow-origin",
+        "One more browser Origin admitted to /api and /v1 (e.g. a UI dev server); repeatable.",
+    )
+    models_only: bool = _knob(
+        False,
+        None,
+        "--models-only",
+        "Confine the model paths of every client, loopback included, to the model folders.",
+    )
     model: str | None = _knob(
         None,
         "MISERVER_MODEL",
@@ -37,6 +80,13 @@ class Settings:
         "MISERVER_MODELS_DIR",
         "--models-dir",
         "Directory of HF folders and .gguf files that /v1/models lists. Default: DATA_DIR/models.",
+    )
+    scan_dirs: tuple[Path, ...] = _knob(
+        (),
+        None,
+        "--scan-dir",
+        "One more directory GET /api/models lists, after the models directory, read one level "
+        "deep and never written to (flag only); repeatable.",
     )
     data_dir: Path = _knob(
         Path(platformdirs.user_data_dir("miserver")),
@@ -158,7 +208,7 @@ class Settings:
         return self.data_dir / "miserver.sqlite3"
 
 
-def documented() -> list[tuple[str, str, str | None, str]]:
+def documented() -> list[tuple[str, str | None, str | None, str]]:
     """(name, env var, flag, help) for every setting, in declaration order."""
     return [
         (f.name, f.metadata["env"], f.metadata["flag"], f.metadata["help"])
@@ -177,6 +227,8 @@ def _boolean(raw: str) -> bool:
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "bool": _boolean,
+    "tuple[Path, ...]": lambda raw: (Path(raw).expanduser(),),
+    "tuple[str, ...]": lambda raw: (raw,),
     "int": int,
     "float": float,
     "str": str,
@@ -197,21 +249,39 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     values = {
         f.name: _coerce(f.name, env[f.metadata["env"]])
         for f in fields(Settings)
-        if f.metadata["env"] in env
+        if f.metadata["env"] is not None and f.metadata["env"] in env
     }
     return Settings(**values)
+
+
+def _flag_action(kind: str) -> dict[str, Any]:
+    """A boolean setting is a switch (`--no-api-key`); a tuple one repeats (`--allow-origin`)."""
+    if kind == "bool":
+        return {"action": "store_const", "const": "true"}
+    if kind.startswith("tuple["):
+        return {"action": "append"}
+    return {}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per setting that has one; unset flags keep the environment's value."""
     for f in fields(Settings):
         if f.metadata["flag"]:
+            env = f" (env {f.metadata['env']})" if f.metadata["env"] else ""
             parser.add_argument(
                 f.metadata["flag"],
                 dest=f.name,
                 default=None,
-                help=f"{f.metadata['help']} (env {f.metadata['env']})",
+                help=f"{f.metadata['help']}{env}",
+                **_flag_action(str(f.type)),
             )
+
+
+def _from_flag(name: str, raw: str | list[str]) -> Any:
+    """A flag's value as the setting's type; a repeated flag's values as a tuple."""
+    if isinstance(raw, list):
+        return tuple(item for value in raw for item in _coerce(name, value))
+    return _coerce(name, raw)
 
 
 def from_args(
@@ -220,7 +290,7 @@ def from_args(
     """`base` (default: the environment) with every flag that was given."""
     settings = base if base is not None else from_env()
     given = {
-        f.name: _coerce(f.name, getattr(args, f.name))
+        f.name: _from_flag(f.name, getattr(args, f.name))
         for f in fields(Settings)
         if f.metadata["flag"]
         and getattr(args, f.name, None) is not None

@@ -7,10 +7,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import pytest
 from starlette.testclient import TestClient
+from starlette.types import ASGIApp
 
 from miserver.app import Server
 from miserver.models.registry import embedded_default
@@ -19,6 +21,19 @@ from miserver.steering.sae import SAE, load_sae
 from tools import sae_train
 
 MODEL_ID = "SmolLM2-135M-Instruct"
+JSON = {"Content-Type": "application/json"}  # every POST, PUT and DELETE sends it (LOC-GEN-19)
+LOCAL_URL = "http://127.0.0.1"  # a loopback server answers only loopback Host names (LOC-SEC-17)
+
+
+class LocalClient(TestClient):
+    """A TestClient that reaches the server as a local client does, with Host 127.0.0.1.
+
+    A server bound to loopback refuses any other Host (LOC-SEC-17), TestClient's
+    default `testserver` included.
+    """
+
+    def __init__(self, app: ASGIApp, **options: Any) -> None:
+        super().__init__(app, base_url=LOCAL_URL, **options)
 
 
 def cache_dir() -> Path:
@@ -34,7 +49,7 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def bare_client(settings: Settings) -> Iterator[TestClient]:
     """A server whose launch model is known but never loaded (for refusals before any load)."""
-    with TestClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
         yield client
 
 
@@ -49,7 +64,7 @@ def model_server(tmp_path_factory: pytest.TempPathFactory) -> Server:
 @pytest.fixture(scope="session")
 def client(model_server: Server) -> Iterator[TestClient]:
     """The real SmolLM2 served in process (loaded once per session)."""
-    with TestClient(model_server, raise_server_exceptions=False) as client:
+    with LocalClient(model_server, raise_server_exceptions=False) as client:
         yield client
 
 

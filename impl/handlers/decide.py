@@ -14,5 +14,7 @@ async def decide(body: dict[str, Any]) -> JSONResponse:
     """POST /api/decide."""
     req = parse(api.DecideRequest, body)
     reuse = True if req.reuse_prefix is None else req.reuse_prefix
-    answer = await state().decider.decide(req.prefix, req.suffix, req.choices, reuse)
+    server = state()
+    answer = await server.decider.decide(req.prefix, req.suffix, req.choices, reuse)
+    server.bus.publish("decide", answer)  # LOC-EVENTS-17
     return JSONResponse(answer)

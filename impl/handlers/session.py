@@ -1,17 +1,90 @@
-"""Handlers of the `session` tag (/api)."""
+"""Handlers of the `session` tag (/api): info, load, unload, cancel, events, schemas."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from importlib import resources
+from typing import Any
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .common import state
+from ..generated import api
+from ..http.errors import ApiError
+from ..http.sse import named
+from ..models.listing import list_local
+from .common import parse, state
+
+PING_SECONDS = 15.0  # a `: ping` comment this often on a quiet stream (LOC-EVENTS-03)
+
+
+async def info() -> JSONResponse:
+    """GET /api/info."""
+    return JSONResponse(state().session.info())
+
+
+async def load(body: dict[str, Any] | None = None) -> JSONResponse:
+    """POST /api/session/load: 202 once the load is under way (LOC-LOAD-03..05, -07;
+    LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads)."""
+    req = parse(api.LoadRequest, body or {})
+    server = state()
+    if req.model is None:  # the configured model, if the stored config validates
+        config = server.config.view()
+        if not config["valid"]:
+            raise ApiError(
+                "invalid_parameter", f"The stored config is invalid: {config['error']}", "config"
+            )
+        entry = server.session.target(str(config["values"]["model"]))
+    else:  # the model parameter is set first, then loaded (LOC-LOAD-04)
+        entry = server.session.target(req.model)
+        server.config.update(values={"model": req.model})
+    server.session.load(entry)
+    return JSONResponse({"model": entry.model_id}, status_code=202)
+
+
+async def unload() -> JSONResponse:
+    """POST /api/session/unload."""
+    return JSONResponse({"unloaded": await state().session.unload()})
 
 
 async def cancel() -> JSONResponse:
     """POST /api/cancel: always 200."""
     return JSONResponse({"cancelled": state().scheduler.cancel_holder()})
+
+
+async def events() -> StreamingResponse:
+    """GET /api/events: `state` on connect, then every event, and `: ping` when quiet."""
+    server = state()
+
+    async def stream() -> AsyncIterator[bytes]:
+        async with server.bus.subscribe() as queue:
+            yield named("state", server.session.info())
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), PING_SECONDS)
+                except TimeoutError:
+                    yield b": ping\n\n"
+                    continue
+                yield named(event.name, event.data)
+
+    headers = {"Cache-Control": "no-cache"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+async def models() -> JSONResponse:
+    """GET /api/models: the models directory, then each scan directory (LOC-MODELS)."""
+    settings = state().settings
+    models_dir = settings.resolved_models_dir
+    scan_dirs = list(settings.scan_dirs)
+    found = await asyncio.to_thread(list_local, models_dir, scan_dirs)
+    return JSONResponse(
+        {
+            "models_dir": str(models_dir),
+            "scan_dirs": [str(d) for d in scan_dirs],
+            "local": [m.as_json() for m in found],
+            "catalog": [],  # downloads come later
+        }
+    )
 
 
 async def published_schema(name: str) -> Response:

@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 DONE = b"data: [DONE]\n\n"
 
 
+def named(name: str, payload: dict[str, Any]) -> bytes:
+    """One named event: `event: <name>` and `data: <json>` (LOC-EVENTS-02)."""
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    return b"event: " + name.encode("ascii") + b"\ndata: " + body + b"\n\n"
+
+
 def data(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
 

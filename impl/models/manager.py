@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -91,6 +92,21 @@ class ModelManager:
         self._target: ModelEntry | None = None
         self._failed: set[str] = set()
         self._tokenizer_lock = threading.Lock()
+        self._error = ""  # why the last load failed ("" after a success or an unload)
+        self.load_seconds = 0.0
+        self.on_change: Callable[[], None] | None = None  # the session state moved (events)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def session_state(self) -> tuple[str, str]:
+        """`empty`, `loading`, `ready` or `error` (LOC-INFO-06..12), and the error's words."""
+        if self.switching:
+            return "loading", ""
+        if self._resident is not None:
+            return "ready", ""
+        return ("error", self._error) if self._error else ("empty", "")
 
     @property
     def resident(self) -> tuple[ModelEntry, Engine] | None:
@@ -177,17 +193,31 @@ class ModelManager:
             return self._resident[1]
         loop = asyncio.get_running_loop()
         self._phase, self._target = "UNLOADING", entry
+        self._changed()
         try:
             if self._resident is not None:
                 old = self._resident[1]
                 self._resident = None
                 await loop.run_in_executor(self._executor, old.close)
             self._phase = "LOADING"
+            started = time.perf_counter()
             engine = await self._load(entry)
+            self.load_seconds = time.perf_counter() - started
+            self._resident = (entry, engine)
         finally:
             self._phase, self._target = "IDLE", None
-        self._resident = (entry, engine)
+            self._changed()
         return engine
+
+    async def unload(self) -> bool:
+        """Close the resident model (LOC-UNLOAD-02); call under the slot. False: none was."""
+        if self._resident is None:
+            return False
+        old = self._resident[1]
+        self._resident, self._error = None, ""
+        await asyncio.get_running_loop().run_in_executor(self._executor, old.close)
+        self._changed()
+        return True
 
     async def _load(self, entry: ModelEntry) -> Engine:
         loop = asyncio.get_running_loop()
@@ -196,11 +226,13 @@ class ModelManager:
             engine = await loop.run_in_executor(self._executor, load, entry, self._settings)
         except Exception as exc:
             self._failed.add(entry.model_id)
+            self._error = f"loading {entry.model_id} failed: {exc}"
             log.exception("loading %s failed", entry.model_id)
             raise ApiError(
                 "model_load_failed", f"Loading `{entry.model_id}` failed: {exc}", "model"
             ) from exc
         self._failed.discard(entry.model_id)
+        self._error = ""
         return engine
 
     async def tokenize(self, fn: Callable[[], T]) -> T:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
@@ -20,6 +21,7 @@ from functools import partial
 from ..engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
 from .detokenizer import Detokenizer
 from .stops import StopMatcher
+from .telemetry import Meter
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class ChoiceJob:
     halt: threading.Event | None = None
     steering: SteeringSource | None = None
     keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
+    stop: threading.Event | None = None  # POST /api/cancel: end at the next token, "cancelled"
+    meter: Meter | None = None  # token and done events (GET /api/events)
 
 
 def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
@@ -76,6 +80,8 @@ def run_choice(
     except Exception as exc:  # entering or leaving the hooks failed: the engine's fault
         log.exception("steering hooks failed")
         end = ChoiceFailed(exc)
+    if job.meter is not None and isinstance(end, ChoiceEnd):
+        job.meter.done(cancelled=end.finish_reason == "cancelled")
     emit(end)
 
 
@@ -88,11 +94,14 @@ def _generate(
     count, cached, reason = 0, 0, "length"
     tokens = engine.generate(job.prompt_ids, job.params, job.rng)
     try:
+        stepped = time.perf_counter()
         for token in tokens:
             if isinstance(token, Prefilled):
                 cached = token.cached_tokens
                 continue
             count += 1
+            if job.meter is not None:
+                job.meter.token(time.perf_counter() - stepped)
             if token.eos:
                 reason = "stop"
                 break
@@ -101,10 +110,11 @@ def _generate(
                 emit(TextDelta(text))
             if matched:
                 return ChoiceEnd("stop", count, cached)
-            if cancel.is_set():
+            if cancel.is_set() or (job.stop is not None and job.stop.is_set()):
                 return ChoiceEnd("cancelled", count, cached)
             if job.halt is not None and job.halt.is_set():
                 return ChoiceEnd("halted", count, cached)
+            stepped = time.perf_counter()
         text, matched = stopper.push(detok.flush())
         tail = text if matched else text + stopper.flush()
         if tail:

@@ -11,7 +11,6 @@ choice (validated when constrained, calls parsed when tools ran).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -35,6 +34,8 @@ from . import schema_subset, shapes
 from .generation import ChoiceEnd, ChoiceJob
 from .requests import GenerationRequest, Prompt
 from .response_format import OutputFormat
+from .scheduler import Ticket
+from .telemetry import Meter
 from .tools import ToolAsk, ToolPlan, tool_plan, wire_calls
 
 log = logging.getLogger(__name__)
@@ -216,8 +217,9 @@ def budget(
     return asked
 
 
-def job(plan: Plan, i: int, rng: Rng | None, halt: threading.Event) -> ChoiceJob:
-    """Prompt i's generation: its ids, budget, sampling, constraint and steering."""
+def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, meter: Meter | None) -> ChoiceJob:
+    """Prompt i's generation: its ids, budget, sampling, constraint and steering; the
+    ticket's halt (a model switch) and cancel (`POST /api/cancel`) stop it."""
     r = plan.request
     params = SamplingParams(
         plan.budgets[i],
@@ -232,7 +234,9 @@ def job(plan: Plan, i: int, rng: Rng | None, halt: threading.Event) -> ChoiceJob
         params,
         r.stops,
         rng,
-        halt,
+        ticket.halt,
         plan.steering,
         keep_special=plan.tools is not None,  # call markers may be special tokens
+        stop=ticket.cancel,
+        meter=meter,
     )

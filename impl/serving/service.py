@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from ..steering.live import LiveSteering
 from ..steering.request import Resolution, resolve
 from ..steering.source import RequestSource
 from . import shapes
+from .events import EventBus
 from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
 from .plan import Plan, Tally, job, prepare, unless_halted, without_unused
 from .policy import report_unused, review
@@ -44,7 +45,9 @@ from .scoring import (
     check_vocabulary,
     unused_fields,
 )
+from .session import Session
 from .slots import slot_with_model
+from .telemetry import Meter
 from .tools import tool_ask, wire_calls
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,11 @@ class CompletionService:
         scheduler: Scheduler,
         executor: Executor,
         live: LiveSteering,
+        session: Session,
+        bus: EventBus,
     ) -> None:
+        self._session = session
+        self._bus = bus
         self._settings = settings
         self._live = live
         self._manager = manager
@@ -227,15 +234,34 @@ class CompletionService:
         try:
             await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
             self._start_steering(plan, engine)
-            choices, tally = await self._generate_all(plan, engine, ticket.halt)
+            with self._generating():
+                choices, tally = await self._generate_all(plan, engine, ticket)
         finally:
             self._scheduler.leave(ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
         return Reply(body, {**headers, hdr.STEERING: plan.steering_header()})
 
+    @contextmanager
+    def _generating(self) -> Iterator[None]:
+        """`generating` in /api/info and its `state` events (LOC-INFO-19)."""
+        self._session.generating += 1
+        self._session.announce()
+        try:
+            yield
+        finally:
+            self._session.generating -= 1
+            self._session.announce()
+
+    def _meter(self, plan: Plan, i: int) -> Meter | None:
+        """Token and done telemetry, measured only while someone listens to /api/events."""
+        if not self._bus.listening:
+            return None
+        n_prompt = len(plan.prompt_ids[i])
+        return Meter(self._bus.publish, plan.budgets[i], n_prompt, self._manager.load_seconds)
+
     async def _generate_all(
-        self, plan: Plan, engine: Engine, halt: threading.Event
+        self, plan: Plan, engine: Engine, ticket: Ticket
     ) -> tuple[list[dict[str, Any]], Tally]:
         r = plan.request
         choices: list[dict[str, Any]] = []
@@ -243,7 +269,8 @@ class CompletionService:
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
-                text, end = await self._collect(engine, job(plan, i, rng, halt))
+                work = job(plan, i, rng, ticket, self._meter(plan, i))
+                text, end = await self._collect(engine, work)
                 choices.append(plan.choice(len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
         return choices, tally
@@ -289,12 +316,13 @@ class CompletionService:
             self._start_steering(plan, engine)
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
             tally = Tally()
-            for i in range(len(plan.request.prompts)):
-                async for chunk in self._choice_chunks(plan, engine, env, i, ticket.halt):
-                    if isinstance(chunk, ChoiceEnd):
-                        tally.add(chunk, first_of_prompt=True)
-                    else:
-                        yield chunk
+            with self._generating():
+                for i in range(len(plan.request.prompts)):
+                    async for chunk in self._choice_chunks(plan, engine, env, i, ticket):
+                        if isinstance(chunk, ChoiceEnd):
+                            tally.add(chunk, first_of_prompt=True)
+                        else:
+                            yield chunk
             if plan.request.include_usage:
                 yield env.chunk([], usage=tally.usage(plan))
             yield env.steering_chunk(plan.steering_header())
@@ -302,12 +330,12 @@ class CompletionService:
             self._scheduler.leave(ticket)
 
     async def _choice_chunks(
-        self, plan: Plan, engine: Engine, env: shapes.Envelope, i: int, halt: threading.Event
+        self, plan: Plan, engine: Engine, env: shapes.Envelope, i: int, ticket: Ticket
     ) -> AsyncIterator[dict[str, Any] | ChoiceEnd]:
         endpoint = plan.request.endpoint
         if endpoint == "chat":
             yield env.chunk([shapes.delta(endpoint, i, "", None, role=True)])
-        work = job(plan, i, engine.new_rng(plan.request.seed), halt)
+        work = job(plan, i, engine.new_rng(plan.request.seed), ticket, self._meter(plan, i))
         held = None if plan.tools is None else plan.tools.buffer()
         async for event in stream_choice(engine, work, self._executor):
             if isinstance(event, TextDelta):

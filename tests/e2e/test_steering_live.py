@@ -19,7 +19,7 @@ from openai import OpenAI
 
 from miserver.steering import steering_set_hash
 from miserver.steering.header import InlineMember, ManualMember, NoneMember, parse
-from tests.conftest import MODEL_ID, SAE_ID
+from tests.conftest import JSON, MODEL_ID, SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
 
 pytestmark = pytest.mark.e2e
@@ -59,9 +59,9 @@ def sdk(steer_server: LiveServer) -> Iterator[OpenAI]:
 def attached(api: httpx.Client) -> Iterator[None]:
     """Each test starts with the SAE attached at layer 12 and nothing live."""
     assert api.post("/steering/attachments", json={"sae_id": SAE_ID}).status_code in (200, 201)
-    api.delete(f"/steering/attachments/{SAE_ID}/{LAYER}/features")
+    api.delete(f"/steering/attachments/{SAE_ID}/{LAYER}/features", headers=JSON)
     yield
-    api.delete(f"/steering/attachments/{SAE_ID}/{LAYER}/features")
+    api.delete(f"/steering/attachments/{SAE_ID}/{LAYER}/features", headers=JSON)
 
 
 def chat(v1: httpx.Client, **extra: Any) -> httpx.Response:

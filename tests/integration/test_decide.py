@@ -16,7 +16,7 @@ from miserver.engines.base import ChatPrompt, Decision
 from miserver.engines.transformers import TransformersEngine
 from miserver.serving.decide import answer
 from miserver.settings import Settings
-from tests.conftest import cache_dir
+from tests.conftest import LocalClient, cache_dir
 from tests.integration.test_refusals import error_of
 
 pytestmark = pytest.mark.model
@@ -141,7 +141,7 @@ def test_minus_infinity_is_null_and_best_skips_it() -> None:
 def gguf_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The default server: SmolLM2's GGUF on llama.cpp."""
     settings = Settings(data_dir=tmp_path_factory.mktemp("decide-gguf"), cache_dir=cache_dir())
-    with TestClient(Server(settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 
 

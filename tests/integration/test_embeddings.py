@@ -37,7 +37,7 @@ from miserver.app import Server
 from miserver.engines.base import Engine
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, SAE_ID, cache_dir
+from tests.conftest import MODEL_ID, SAE_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
@@ -171,7 +171,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterat
         models_dir=models_dir,
         model=MODEL_ID,
     )
-    with TestClient(Server(settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 
 
@@ -593,7 +593,7 @@ def test_gguf_embeddings_disabled_is_refused_before_load(
         model=MODEL_ID,
         gguf_enable_embeddings=False,
     )
-    with TestClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
         error = error_of(embed(client, GGUF_ID, "Hi"), 400, "invalid_parameter", "model")
         assert "GGUF_ENABLE_EMBEDDINGS" in error["message"]
         assert_nothing_loaded(client)
@@ -690,7 +690,7 @@ def test_the_input_cap_is_configurable(tmp_path: Path) -> None:
     settings = Settings(
         data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID, embeddings_max_inputs=3
     )
-    with TestClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
         error = error_of(embed(client, MODEL_ID, list("abcd")), 400, "invalid_parameter", "input")
         assert "4" in error["message"] and "3" in error["message"]
         assert_nothing_loaded(client)
@@ -850,7 +850,7 @@ def test_embeddings_are_never_steered(steer_settings: Settings, client: TestClie
     unsteered = client.post(EMBED, json=request)
     assert unsteered.status_code == 200, unsteered.text
     chat = {"model": MODEL_ID, "messages": USER, "max_tokens": 8, "temperature": 0}
-    with TestClient(Server(steer_settings), raise_server_exceptions=False) as steer:
+    with LocalClient(Server(steer_settings), raise_server_exceptions=False) as steer:
         plain_chat = steer.post(CHAT, json=chat)
         assert plain_chat.headers["X-miLLM-Steering"] == "none"
         attached = steer.post("/api/steering/attachments", json={"sae_id": SAE_ID})

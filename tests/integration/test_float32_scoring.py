@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 from miserver.app import Server
 from miserver.engines.transformers import float32
 from miserver.settings import Settings
-from tests.conftest import BF16_MODEL_ID, MODEL_ID, cache_dir
+from tests.conftest import BF16_MODEL_ID, MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import error_of
 
 pytestmark = pytest.mark.model
@@ -38,7 +38,7 @@ def serve(tmp: Path, models: Path, **knobs: Any) -> TestClient:
         model=BF16_MODEL_ID,
         **knobs,
     )
-    return TestClient(Server(settings), raise_server_exceptions=False)
+    return LocalClient(Server(settings), raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_chat_scoring_without_a_chat_template_is_refused(
     settings = Settings(
         data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=models, model="NoTemplate"
     )
-    with TestClient(Server(settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         chat = {"model": "NoTemplate", "messages": [{"role": "user", "content": "Hi"}]}
         scored = client.post(
             "/v1/chat/completions", json={**chat, "max_tokens": 1, "logprobs": True}

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, cache_dir
+from tests.conftest import LOCAL_URL, MODEL_ID, LocalClient, cache_dir
 
 USER = [{"role": "user", "content": "Hi"}]
 GGUF_ID = f"{MODEL_ID}:Q4_1"
@@ -83,7 +83,7 @@ def test_gguf_names_and_bare_repository_refusals(tmp_path: Path, models_dir: Pat
     settings = Settings(
         data_dir=tmp_path / "d", cache_dir=cache_dir(), model=MODEL_ID, models_dir=models_dir
     )
-    with TestClient(Server(settings, preload=False)) as client:
+    with LocalClient(Server(settings, preload=False)) as client:
         ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
         assert {GGUF_ID, MODEL_ID, "Other:Q4_1", "Twin:Q4_1", "Twin:Q8_0"} <= set(ids)
         one = client.post("/v1/chat/completions", json=chat("Other")).json()["error"]
@@ -144,7 +144,7 @@ def test_refusals_that_keep_the_resident_model(tmp_path: Path, models_dir: Path)
         memory_budget_mb=2048,
     )
     server = Server(settings)
-    with TestClient(server) as client:
+    with LocalClient(server) as client:
         assert resident(server) == MODEL_ID
         quant = client.post("/v1/chat/completions", json=chat("smol-bnb"))
         assert quant.status_code == 400
@@ -170,7 +170,7 @@ def test_a_failed_load_is_a_500_and_the_next_request_recovers(
         data_dir=tmp_path / "d", cache_dir=cache_dir(), model=MODEL_ID, models_dir=models_dir
     )
     server = Server(settings)
-    with TestClient(server) as client:
+    with LocalClient(server) as client:
         failed = client.post("/v1/chat/completions", json=chat("smol-broken"))
         assert failed.status_code == 500
         assert failed.json()["error"]["code"] == "model_load_failed"
@@ -192,7 +192,7 @@ def test_a_failed_load_is_a_500_and_the_next_request_recovers(
 async def _switch_scenario(server: Server, grace_halts: bool) -> dict[str, httpx.Response]:
     await server.startup()
     transport = httpx.ASGITransport(app=server)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120) as c:
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL, timeout=120) as c:
         long = chat(
             MODEL_ID,
             max_tokens=400 if grace_halts else 40,

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, cache_dir
+from tests.conftest import MODEL_ID, LocalClient, cache_dir
 
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -36,7 +36,7 @@ def test_models_dir_is_listed_and_a_named_model_loads_first(
         data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=models_dir, model=MODEL_ID
     )
     server = Server(settings, preload=False)
-    with TestClient(server) as client:
+    with LocalClient(server) as client:
         ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
         assert ids == [f"{MODEL_ID}:Q4_1", MODEL_ID, "Other:Q4_1", "smol-hf"]
         body = {"model": "smol-hf", "messages": USER, "temperature": 0, "max_tokens": 4}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.conftest import MODEL_ID
+from tests.conftest import JSON, MODEL_ID
 
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -92,7 +92,7 @@ def test_invalid_json_is_a_400(bare_client: TestClient) -> None:
 def test_unknown_route_and_method(bare_client: TestClient) -> None:
     """OAI-ERR-01: unknown paths (404) and wrong methods (405) are OpenAI errors too."""
     error_of(bare_client.get("/v1/nothing-here"), 404, "not_found", None)
-    error_of(bare_client.delete("/v1/models"), 405, "method_not_allowed", None)
+    error_of(bare_client.delete("/v1/models", headers=JSON), 405, "method_not_allowed", None)
 
 
 def test_unknown_model(bare_client: TestClient) -> None:

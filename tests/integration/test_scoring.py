@@ -21,7 +21,7 @@ from miserver.app import Server
 from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers.engine import TransformersEngine
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, SAE_ID
+from tests.conftest import MODEL_ID, SAE_ID, LocalClient
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
@@ -684,7 +684,7 @@ def test_a_prompt_of_no_tokens_is_refused(client: TestClient, prompt: Any) -> No
 
 @pytest.fixture
 def steered_client(steer_settings: Settings) -> Iterator[TestClient]:
-    with TestClient(Server(steer_settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(steer_settings), raise_server_exceptions=False) as client:
         yield client
 
 

@@ -22,7 +22,7 @@ from miserver.engines.base import ChatPrompt
 from miserver.settings import Settings
 from miserver.steering import steering_set_hash
 from miserver.steering.header import parse
-from tests.conftest import MODEL_ID, OTHER_SAE_ID, SAE_ID, cache_dir
+from tests.conftest import JSON, MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir
 from tests.integration.test_chat import data_of
 from tests.integration.test_refusals import error_of
 
@@ -54,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator
         model=MODEL_ID,
         queue_heartbeat=0.2,
     )
-    with TestClient(Server(settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 
 
@@ -62,9 +62,11 @@ def reset(client: TestClient) -> None:
     """No active profile, nothing attached, no profile stored."""
     assert client.put("/api/steering/active-profile", json={"name": None}).status_code == 200
     for a in client.get("/api/steering").json()["attachments"]:
-        assert client.delete(f"/api/steering/attachments/{a['sae_id']}/{a['layer']}").is_success
+        assert client.delete(
+            f"/api/steering/attachments/{a['sae_id']}/{a['layer']}", headers=JSON
+        ).is_success
     for p in client.get("/api/profiles").json()["data"]:
-        assert client.delete(profile_path(p["name"])).status_code == 200
+        assert client.delete(profile_path(p["name"]), headers=JSON).status_code == 200
 
 
 @pytest.fixture(autouse=True)
@@ -258,11 +260,11 @@ def test_attach_and_detach(server: TestClient) -> None:
     pairs = [(a["sae_id"], a["layer"]) for a in state(server)["attachments"]]
     assert pairs == [(SAE_ID, LAYER), (SAE_ID, 29)]
     set_values(server, {1: 3.0}, layer=29)
-    detached = server.delete(f"/api/steering/attachments/{SAE_ID}/29")
+    detached = server.delete(f"/api/steering/attachments/{SAE_ID}/29", headers=JSON)
     assert detached.status_code == 200, detached.text
     assert [(a["sae_id"], a["layer"]) for a in detached.json()["attachments"]] == [(SAE_ID, LAYER)]
     assert detached.json()["steering"] == "none"
-    gone = server.delete(f"/api/steering/attachments/{SAE_ID}/29")
+    gone = server.delete(f"/api/steering/attachments/{SAE_ID}/29", headers=JSON)
     error_of(gone, 404, "not_found", "sae_id")
     assert attach(server, layer=29)["attachment"]["features"] == []  # the values went with it
 
@@ -296,7 +298,7 @@ def test_live_values_are_manual_steering(server: TestClient) -> None:
     edge = set_values(server, {1: 200.0, 2: -200.0, 3: 0.0})  # ±200 is allowed, 0 dropped
     assert edge["attachment"]["features"] == features({1: 200.0, 2: -200.0})
     assert edge["steering"] == manual_value({1: 200.0, 2: -200.0})
-    cleared = server.delete(values_path())
+    cleared = server.delete(values_path(), headers=JSON)
     assert cleared.status_code == 200, cleared.text
     assert cleared.json()["live"] is False and cleared.json()["steering"] == "none"
     assert steering_of(chat(server)) == "none"
@@ -338,13 +340,16 @@ def test_the_epoch_moves_on_every_operator_change(server: TestClient) -> None:
     epochs.append(attach(server)["epoch"])
     epochs.append(attach(server, layer=6)["epoch"])
     epochs.append(set_values(server, {1: 2.0})["epoch"])
-    epochs.append(server.delete(values_path()).json()["epoch"])
+    epochs.append(server.delete(values_path(), headers=JSON).json()["epoch"])
     assert put_profile(server, "p").status_code == 201
     epochs.append(activate(server, "p")["epoch"])
     epochs.append(put_profile(server, "p", {1: 3.0}).json()["epoch"])  # the active one changed
-    epochs.append(server.delete(profile_path("p")).json()["epoch"])  # the active one is gone
+    deleted = server.delete(profile_path("p"), headers=JSON)  # the active one is gone
+    epochs.append(deleted.json()["epoch"])
     assert server.get("/api/steering/active-profile").json()["name"] is None
-    epochs.append(server.delete(f"/api/steering/attachments/{SAE_ID}/6").json()["epoch"])
+    epochs.append(
+        server.delete(f"/api/steering/attachments/{SAE_ID}/6", headers=JSON).json()["epoch"]
+    )
     assert epochs == sorted(set(epochs)), epochs  # strictly increasing
 
 
@@ -366,9 +371,9 @@ def test_profile_crud(server: TestClient) -> None:
     assert again["intensity"] == 0.5 and again["intensity_range"] is None
     assert server.get(profile_path("calm")).json() == again
     assert [p["name"] for p in server.get("/api/profiles").json()["data"]] == ["calm"]
-    assert server.delete(profile_path("calm")).status_code == 200
+    assert server.delete(profile_path("calm"), headers=JSON).status_code == 200
     error_of(server.get(profile_path("calm")), 404, "profile_not_found", "name")
-    error_of(server.delete(profile_path("calm")), 404, "profile_not_found", "name")
+    error_of(server.delete(profile_path("calm"), headers=JSON), 404, "profile_not_found", "name")
     assert server.get("/api/profiles").json()["data"] == []
 
 

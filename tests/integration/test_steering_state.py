@@ -18,7 +18,7 @@ from miserver.app import Server
 from miserver.engines.transformers import TransformersEngine
 from miserver.settings import Settings
 from miserver.steering.source import RequestSource
-from tests.conftest import MODEL_ID, SAE_ID
+from tests.conftest import MODEL_ID, SAE_ID, LocalClient
 
 pytestmark = pytest.mark.model
 
@@ -42,7 +42,7 @@ def hook_counts(server: Server) -> list[int]:
 @pytest.fixture
 def server(steer_settings: Settings) -> Iterator[tuple[Server, TestClient]]:
     app = Server(steer_settings)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with LocalClient(app, raise_server_exceptions=False) as client:
         assert client.post("/api/steering/attachments", json={"sae_id": SAE_ID}).status_code == 201
         yield app, client
 
@@ -81,7 +81,7 @@ def test_state_survives_a_restart(steer_settings: Settings) -> None:
     """Issue #4 acceptance: profiles survive a restart; so do the active profile and the
     attachments with their live values (DECISIONS: SQLite in the data dir)."""
     profile = {"sae_id": SAE_ID, "layer": LAYER, "features": [{"index": 7, "strength": 20.0}]}
-    with TestClient(Server(steer_settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(steer_settings), raise_server_exceptions=False) as client:
         client.post("/api/steering/attachments", json={"sae_id": SAE_ID})
         client.post("/api/steering/attachments", json={"sae_id": SAE_ID, "layer": 6})
         values = {"features": [{"index": 3, "strength": 12.5}]}
@@ -91,7 +91,7 @@ def test_state_survives_a_restart(steer_settings: Settings) -> None:
         state = client.get("/api/steering").json()
         header = chat(client).headers["X-miLLM-Steering"]
     assert "profile;name=" in header and "manual;" in header
-    with TestClient(Server(steer_settings), raise_server_exceptions=False) as client:
+    with LocalClient(Server(steer_settings), raise_server_exceptions=False) as client:
         again = client.get("/api/steering").json()
         assert again["attachments"] == state["attachments"]
         assert again["active_profile"] == "humör" and again["steering"] == state["steering"]

@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, cache_dir
+from tests.conftest import MODEL_ID, LocalClient, cache_dir
 
 pytestmark = pytest.mark.model
 
@@ -133,7 +133,7 @@ def tools_client(
         queue_heartbeat=0.2,
     )
     server = Server(settings, preload=False)
-    with TestClient(server, raise_server_exceptions=False) as client:
+    with LocalClient(server, raise_server_exceptions=False) as client:
         yield client
 
 

@@ -1,0 +1,27 @@
+"""Handlers of the `config` tag (/api): the parameter table and the config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from ..generated import api
+from .common import parse, state
+
+
+async def params() -> JSONResponse:
+    """GET /api/params (LOC-PARAMS-01)."""
+    return JSONResponse(state().config.params())
+
+
+async def get_config() -> JSONResponse:
+    """GET /api/config (LOC-CONFIG-01)."""
+    return JSONResponse(state().config.view())
+
+
+async def put_config(body: dict[str, Any]) -> JSONResponse:
+    """PUT /api/config (LOC-CONFIG-10..21): refusals per key come back in `rejected`."""
+    req = parse(api.ConfigUpdate, body)
+    change = state().config.update(req.values, req.reset or (), req.auto_plan)
+    return JSONResponse(change)

@@ -1,0 +1,286 @@
+"""The security middleware (REQ-003 SEC): every HTTP request passes here first.
+
+The checks run in this order (REQ-003 open point 10); the first broken rule
+ends the request with an OpenAI-format error before any handler runs:
+
+    paths      rule                                                refusal
+    all        bound to loopback: Host is localhost, 127.0.0.1     403 forbidden_host
+               or [::1], any port
+    /api /v1   Origin is the server's own (http:// + Host) or an   403 forbidden_origin
+               --allow-origin; with no Origin, Sec-Fetch-Site is
+               same-origin, none or absent
+    /api /v1   with a key: Authorization: Bearer KEY, compared     401 invalid_api_key
+               with hmac.compare_digest                            + WWW-Authenticate
+    all        a declared Content-Length within BODY_CAP           413 payload_too_large
+    /api /v1   every method but GET and HEAD declares              415 unsupported_media_type
+               application/json (any case, charset=utf-8 allowed)
+    all        the body read (chunked too) stays within BODY_CAP   413 payload_too_large
+
+The body is read whole (at most BODY_CAP bytes) before the app is called and
+replayed to it with its Content-Length (a chunked one too). Every response,
+refusals, errors and event streams alike, carries SECURITY_HEADERS exactly
+and never an `Access-Control-*` header.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..access import AccessPolicy
+from .errors import ApiError
+
+log = logging.getLogger(__name__)
+
+BODY_CAP = 8 * 1024 * 1024  # 8 MiB (LOC-SEC-67)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "font-src 'self'; connect-src 'self'; media-src 'none'; object-src 'none'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+SAME_ORIGIN_FETCHES = frozenset({"same-origin", "none"})  # Sec-Fetch-Site values that pass
+API_PREFIXES = ("/api", "/v1")
+BODYLESS_METHODS = frozenset({"GET", "HEAD"})  # the only ones exempt from the JSON rule
+JSON_CHARSETS = frozenset({"utf-8", "utf8"})
+
+_HOST = re.compile(r"(\[[0-9a-f:.]*\]|[^:\[\]]*)(?::\d{1,5})?")
+_SECURITY_NAMES = frozenset(name.lower().encode("latin-1") for name in SECURITY_HEADERS)
+_SECURITY_RAW = [
+    (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in SECURITY_HEADERS.items()
+]
+
+
+class _TooLarge(Exception):
+    """A body went past BODY_CAP while it was read."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What the checks read: method, path, headers; `api` when under /api or /v1."""
+
+    method: str
+    path: str
+    headers: Headers
+
+    @property
+    def api(self) -> bool:
+        return any(self.path == p or self.path.startswith(p + "/") for p in API_PREFIXES)
+
+
+def host_name(host: str) -> str | None:
+    """The name part of a Host header value (lower case, port dropped), None when malformed."""
+    match = _HOST.fullmatch(host.lower())
+    return match.group(1) if match else None
+
+
+def is_json(content_type: str | None) -> bool:
+    """`application/json` in any letter case, with at most a UTF-8 `charset` parameter."""
+    if content_type is None:
+        return False
+    media, *params = (part.strip() for part in content_type.split(";"))
+    if media.lower() != "application/json":
+        return False
+    for param in filter(None, params):
+        name, _, value = param.partition("=")
+        if (
+            name.strip().lower() != "charset"
+            or value.strip().strip('"').lower() not in JSON_CHARSETS
+        ):
+            return False
+    return True
+
+
+def bearer(authorization: str | None) -> bytes:
+    """The token of `Authorization: Bearer TOKEN` as sent, or b"" when there is none."""
+    scheme, _, token = (authorization or "").partition(" ")
+    return token.strip().encode("latin-1") if scheme.lower() == "bearer" else b""
+
+
+def secured(send: Send) -> Send:
+    """`send` with the security headers set on the response and every CORS header dropped."""
+
+    async def send_secured(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            kept = [
+                (name, value)
+                for name, value in message.get("headers", [])
+                if not name.lower().startswith(b"access-control-")
+                and name.lower() not in _SECURITY_NAMES
+            ]
+            message = {**message, "headers": kept + _SECURITY_RAW}
+        await send(message)
+
+    return send_secured
+
+
+async def read_capped(receive: Receive) -> bytes | None:
+    """The whole body, at most BODY_CAP bytes (else _TooLarge); None when the client left."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > BODY_CAP:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying(body: bytes, scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+    """The scope and `receive` the app gets: the body read once, declared by its length.
+
+    A chunked body gets a Content-Length (Connexion reads a body without one
+    as no body). After the replay, `receive` is the server's again, so the
+    app still hears `http.disconnect`.
+    """
+    headers = [
+        (name, value)
+        for name, value in scope["headers"]
+        if name.lower() not in {b"content-length", b"transfer-encoding"}
+    ]
+    headers.append((b"content-length", str(len(body)).encode("latin-1")))
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return {**scope, "headers": headers}, replay
+
+
+def _too_large() -> ApiError:
+    return ApiError(
+        "payload_too_large",
+        f"The request body is over the {BODY_CAP} byte (8 MiB) cap.",
+        headers={"Connection": "close"},
+    )
+
+
+async def _refuse(refusal: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+    response = Response(
+        refusal.body_bytes(),
+        status_code=refusal.status,
+        media_type="application/json",
+        headers=refusal.headers,
+    )
+    await response(scope, receive, send)
+
+
+class SecurityMiddleware:
+    """Host, Origin, key, size and media-type checks; security headers on every response."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        self.app = app
+        self.policy = policy
+        self.checks: tuple[Callable[[_Request], ApiError | None], ...] = (
+            self._host,
+            self._origin,
+            self._key,
+            self._declared_size,
+            self._media_type,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = secured(send)
+        request = _Request(scope["method"], scope["path"], Headers(scope=scope))
+        refusal = next(filter(None, (check(request) for check in self.checks)), None)
+        body: bytes | None = None
+        if refusal is None:
+            try:
+                body = await read_capped(receive)
+            except _TooLarge:
+                refusal = _too_large()
+        if refusal is not None:
+            log.info("%d %s: %s %s", refusal.status, refusal.code, request.method, request.path)
+            await _refuse(refusal, scope, receive, send)
+        elif body is not None:  # None: the client left while sending its body
+            await self.app(*replaying(body, scope, receive), send)
+
+    def _host(self, request: _Request) -> ApiError | None:
+        """LOC-SEC-17: on loopback, only loopback host names (DNS rebinding)."""
+        host = request.headers.get("host", "")
+        if not self.policy.loopback or host_name(host) in LOOPBACK_HOSTS:
+            return None
+        return ApiError(
+            "forbidden_host",
+            f"Host {host!r} is not a loopback name: this server answers only localhost, "
+            "127.0.0.1 and [::1].",
+            "Host",
+        )
+
+    def _origin(self, request: _Request) -> ApiError | None:
+        """LOC-SEC-18..22, -24: a browser request only from the server's own page."""
+        if not request.api:
+            return None
+        origin = request.headers.get("origin")
+        if origin is None:
+            site = request.headers.get("sec-fetch-site")
+            if site is None or site.strip().lower() in SAME_ORIGIN_FETCHES:
+                return None
+            return ApiError(
+                "forbidden_origin",
+                f"A browser request from another site (Sec-Fetch-Site: {site}) is refused.",
+                "Sec-Fetch-Site",
+            )
+        own = "http://" + request.headers.get("host", "").lower()
+        if origin.lower() == own or origin.lower() in self.policy.allowed_origins:
+            return None
+        return ApiError(
+            "forbidden_origin",
+            f"Origin {origin!r} is not this server's own ({own}).",
+            "Origin",
+        )
+
+    def _key(self, request: _Request) -> ApiError | None:
+        """LOC-SEC-05..07: with a key, `Authorization: Bearer KEY` on /api and /v1."""
+        if self.policy.key is None or not request.api:
+            return None
+        presented = bearer(request.headers.get("authorization"))
+        if hmac.compare_digest(presented, self.policy.key):
+            return None
+        message = (
+            "The API key is not correct."
+            if presented
+            else "This server needs an API key: send Authorization: Bearer KEY."
+        )
+        return ApiError(
+            "invalid_api_key", message, "Authorization", headers={"WWW-Authenticate": "Bearer"}
+        )
+
+    def _declared_size(self, request: _Request) -> ApiError | None:
+        """LOC-SEC-67: a declared body over the cap is refused unread."""
+        length = request.headers.get("content-length", "")
+        return _too_large() if length.isdigit() and int(length) > BODY_CAP else None
+
+    def _media_type(self, request: _Request) -> ApiError | None:
+        """LOC-GEN-19/20, LOC-SEC-25..27: JSON on every method but GET and HEAD."""
+        if not request.api or request.method in BODYLESS_METHODS:
+            return None
+        content_type = request.headers.get("content-type")
+        if is_json(content_type):
+            return None
+        got = f"got {content_type!r}" if content_type is not None else "none was given"
+        return ApiError(
+            "unsupported_media_type",
+            f"{request.method} {request.path} needs Content-Type: application/json ({got}).",
+            "Content-Type",
+        )

@@ -1,0 +1,259 @@
+"""The config: parameter values over the server's defaults, persisted (LOC-CONFIG).
+
+Layers: the table's defaults < the launch settings (`--model`, `--threads`,
+`--default-max-tokens`, `--data-dir`) < the values the user set. Only the
+user's values are saved, so a key not in `user_keys` follows the current
+default after an upgrade (LOC-CONC-12). `settings.json` in the data
+directory is `{"values": {user-set keys}, "user_keys": [...], "auto_plan":
+false}`, replaced atomically (temp file, fsync, rename) so a crash never
+leaves half a file; a missing or unreadable one starts from the defaults.
+
+This build has no planner: `plan` is null and `auto_plan` always false.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..http.errors import ApiError
+from ..models.manager import ModelManager
+from ..settings import Settings
+from .params import AUTO, Param, Refused, by_key, table
+
+log = logging.getLogger(__name__)
+
+SETTINGS_FILE = "settings.json"
+NO_PLANNER = "this build has no planner: auto_plan is always false"
+
+
+class Publisher(Protocol):
+    def publish(self, name: str, data: dict[str, Any]) -> None: ...
+
+
+def server_defaults(settings: Settings, launch_id: str | None) -> dict[str, Any]:
+    """The table's defaults with the launch settings laid over them (LOC-PARAMS-03)."""
+    defaults = {param.key: param.default for param in table()}
+    launch = {
+        "model": launch_id or settings.model or "",
+        "threads": settings.threads or AUTO,
+        "n-predict": settings.default_max_tokens,
+        "data-dir": str(settings.data_dir),
+    }
+    rows = by_key()
+    for key, value in launch.items():
+        try:
+            defaults[key] = rows[key].parse(value)
+        except Refused as exc:
+            log.warning("launch setting for %s ignored: %s", key, exc)
+    return defaults
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: a temp file in the same folder, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+class ConfigService:
+    """GET and PUT /api/config: values, user keys, validation, persistence, events."""
+
+    def __init__(
+        self,
+        defaults: Mapping[str, Any],
+        path: Path,
+        bus: Publisher,
+        manager: ModelManager | None = None,
+    ) -> None:
+        self._defaults = dict(defaults)
+        self._path = path
+        self._bus = bus
+        self._manager = manager
+        self._user: dict[str, Any] = self._restore()
+        self._loaded_token: int | None = None
+        self._loaded_values: dict[str, Any] | None = None  # session values at the last load
+        if manager is not None:
+            self._follow(manager)
+
+    @classmethod
+    def open(
+        cls, settings: Settings, bus: Publisher, launch_id: str | None, manager: ModelManager
+    ) -> ConfigService:
+        defaults = server_defaults(settings, launch_id)
+        return cls(defaults, settings.data_dir / SETTINGS_FILE, bus, manager)
+
+    # -- reading -------------------------------------------------------------------
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every parameter, in table order (LOC-CONFIG-02)."""
+        return {p.key: self._user.get(p.key, self._defaults[p.key]) for p in table()}
+
+    def params(self) -> list[dict[str, Any]]:
+        """GET /api/params: the table with the server's defaults (LOC-PARAMS-01)."""
+        return [param.served(self._defaults[param.key]) for param in table()]
+
+    def view(self) -> dict[str, Any]:
+        """GET /api/config (LOC-CONFIG-01)."""
+        self._observe()
+        values = self.values
+        error = self._validate(values)
+        return {
+            "values": values,
+            "user_keys": [p.key for p in table() if p.key in self._user],
+            "args": launch_args(values),
+            "valid": not error,
+            "error": error,
+            "reload_required": self._reload_required(values),
+            "plan": None,
+            "auto_plan": False,
+        }
+
+    # -- changing ------------------------------------------------------------------
+
+    def update(
+        self,
+        values: Mapping[str, Any] | None = None,
+        reset: Sequence[str] = (),
+        auto_plan: bool | None = None,
+    ) -> dict[str, Any]:
+        """PUT /api/config: set, reset, validate, save, announce (LOC-CONFIG-10..21)."""
+        rejected: dict[str, str] = {}
+        user = dict(self._user)
+        for key, value in (values or {}).items():
+            try:
+                user[key] = self._settable(key).parse(value)
+            except Refused as exc:
+                rejected[key] = str(exc)
+        for key in reset:
+            try:
+                self._settable(key)
+            except Refused as exc:
+                rejected[key] = str(exc)
+                continue
+            user.pop(key, None)
+        if auto_plan:
+            rejected["auto_plan"] = NO_PLANNER
+        if user != self._user or auto_plan is False:
+            self._save(user)  # raises before anything changes when the disk refuses
+            self._user = user
+            self._bus.publish("config", self.view())
+        return {**self.view(), "rejected": rejected}
+
+    def _settable(self, key: str) -> Param:
+        param = by_key().get(key)
+        if param is None:
+            raise Refused("unknown parameter")
+        if param.writes_files:
+            raise Refused("launch only")
+        return param
+
+    # -- validation ----------------------------------------------------------------
+
+    def _validate(self, values: Mapping[str, Any]) -> str:
+        """Cross-field checks (LOC-CONFIG-05/06): "" when the config can be loaded."""
+        if values["n-gpu-layers"] != 0:
+            return "`n-gpu-layers` must be 0: this build runs on the CPU."
+        model = values["model"]
+        if not model:
+            return "No model is set: set `model` to a path or a model id."
+        if not self._knows(model):
+            return f"`model` names no file and no model id: {model}"
+        return ""
+
+    def _knows(self, model: str) -> bool:
+        if Path(model).expanduser().exists():
+            return True
+        if self._manager is None:
+            return False
+        try:
+            self._manager.entry(model)
+        except ApiError:
+            return False
+        return True
+
+    # -- the loaded session (LOC-CONC-08/09, LOC-CONFIG-07) -----------------------------
+
+    def _follow(self, manager: ModelManager) -> None:
+        previous = manager.on_change
+
+        def changed() -> None:
+            self._observe()
+            if previous is not None:
+                previous()
+
+        manager.on_change = changed
+
+    def _observe(self) -> None:
+        """Remember the session values when a new session becomes resident."""
+        resident = self._manager.resident if self._manager is not None else None
+        token = None if resident is None else id(resident[1])
+        if token != self._loaded_token:
+            self._loaded_token = token
+            self._loaded_values = None if token is None else _session(self.values)
+
+    def _reload_required(self, values: Mapping[str, Any]) -> bool:
+        return self._loaded_values is not None and self._loaded_values != _session(values)
+
+    # -- persistence (LOC-CONFIG-19/20) ----------------------------------------------
+
+    def _save(self, user: Mapping[str, Any]) -> None:
+        ordered = {p.key: user[p.key] for p in table() if p.key in user}
+        document = {"values": ordered, "user_keys": list(ordered), "auto_plan": False}
+        write_atomic(self._path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
+
+    def _restore(self) -> dict[str, Any]:
+        try:
+            document = json.loads(self._path.read_text("utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("%s unreadable, starting from the defaults: %s", self._path, exc)
+            return {}
+        stored = document.get("values") if isinstance(document, dict) else None
+        if not isinstance(stored, dict):
+            log.warning("%s has no `values` object, starting from the defaults", self._path)
+            return {}
+        user: dict[str, Any] = {}
+        for key, value in stored.items():
+            try:
+                user[key] = self._settable(key).parse(value)
+            except Refused as exc:
+                log.warning("%s: %s dropped (%s)", self._path, key, exc)
+        return user
+
+
+def _session(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {p.key: values[p.key] for p in table() if p.scope == "session"}
+
+
+def launch_args(values: Mapping[str, Any]) -> list[str]:
+    """`miserver serve` flags that reproduce `values` (LOC-CONFIG-04)."""
+    args: list[str] = []
+    for param in table():
+        value = values[param.key]
+        if param.flag is None or value is False or value == "":
+            continue
+        if value is True:
+            args.append(param.flag)
+        elif value == AUTO and param.type in ("int", "float"):
+            args += [param.flag, param.flag_auto or AUTO]
+        else:
+            args += [param.flag, str(value)]
+    return args

@@ -1,0 +1,130 @@
+"""The parameter table, read from spec/policy/params.yaml (LOC-CONC-01, LOC-PARAMS).
+
+`table()` is the rows in form order; `Param.parse` turns a JSON value into
+the row's value or says why it cannot (LOC-CONC-04..06, LOC-PARAMS-13/15).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+AUTO = "auto"
+_INTERNAL = ("writes_files", "flag_auto")  # table fields GET /api/params never serves
+
+
+class Refused(ValueError):
+    """A value the row does not take; the message is the `rejected` reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    key: str
+    type: str  # bool | int | float | path | text | choice
+    scope: str  # request | session
+    flag: str | None
+    default: Any
+    accepts_auto: bool
+    writes_files: bool  # launch only: refused over PUT /api/config (LOC-SEC-57)
+    flag_auto: str | None  # what the launcher takes for "auto"
+    minimum: float | None
+    maximum: float | None
+    choices: tuple[str, ...]
+    wire: Mapping[str, Any]  # the row as GET /api/params serves it
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Param:
+        return cls(
+            key=row["key"],
+            type=row["type"],
+            scope=row["scope"],
+            flag=row["flag"],
+            default=row["default"],
+            accepts_auto=bool(row.get("accepts_auto", False)),
+            writes_files=bool(row.get("writes_files", False)),
+            flag_auto=row.get("flag_auto"),
+            minimum=row.get("min"),
+            maximum=row.get("max"),
+            choices=tuple(c["value"] for c in row.get("choices", ())),
+            wire={k: v for k, v in row.items() if k not in _INTERNAL},
+        )
+
+    def served(self, default: Any) -> dict[str, Any]:
+        """The row for GET /api/params, with the server's `default`."""
+        return {**self.wire, "default": default}
+
+    def parse(self, value: Any) -> Any:
+        """The value in the row's own type; raises Refused with the reason."""
+        if value == AUTO and isinstance(value, str) and self.type in ("int", "float"):
+            if not self.accepts_auto:
+                raise Refused('"auto" is not accepted')
+            return AUTO
+        return _PARSERS[self.type](self, value)
+
+    def _number(self, value: float) -> None:
+        if self.minimum is not None and value < self.minimum:
+            raise Refused(f"below the minimum {self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            raise Refused(f"above the maximum {self.maximum}")
+
+
+def _bool(param: Param, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise Refused("expected a boolean")
+    return value
+
+
+def _int(param: Param, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Refused("expected an integer" + (' or "auto"' if param.accepts_auto else ""))
+    param._number(value)
+    return value
+
+
+def _float(param: Param, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Refused("expected a number" + (' or "auto"' if param.accepts_auto else ""))
+    if not math.isfinite(value):
+        raise Refused("expected a finite number")
+    param._number(value)
+    return float(value)
+
+
+def _text(param: Param, value: Any) -> str:
+    if not isinstance(value, str):
+        raise Refused("expected a string")
+    return value
+
+
+def _choice(param: Param, value: Any) -> str:
+    text = _text(param, value)
+    if text not in param.choices:
+        raise Refused(f"unknown choice {text!r}; one of {', '.join(param.choices)}")
+    return text
+
+
+_PARSERS = {
+    "bool": _bool,
+    "int": _int,
+    "float": _float,
+    "path": _text,
+    "text": _text,
+    "choice": _choice,
+}
+
+
+@cache
+def table() -> Sequence[Param]:
+    """Every row of spec/policy/params.yaml, in form order."""
+    text = (resources.files("miserver.spec") / "policy" / "params.yaml").read_text("utf-8")
+    return tuple(Param.from_row(row) for row in yaml.safe_load(text))
+
+
+def by_key() -> Mapping[str, Param]:
+    return {param.key: param for param in table()}

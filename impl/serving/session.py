@@ -1,0 +1,147 @@
+"""The local server's session (LOC-INFO, LOC-LOAD, LOC-UNLOAD, LOC-CANCEL, LOC-EVENTS).
+
+`Session` answers `GET /api/info`, loads and unloads on request (a load
+answers `202` and runs in the background, its progress published as `state`
+events), and publishes a `state` event whenever the model manager's state
+moves. Loads and unloads take the generation slot, so they never overlap each
+other or a generation (LOC-SEC-68): an unload first cancels the running
+generation (LOC-UNLOAD-01).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from ..engines.gguf import read_metadata
+from ..http.errors import ApiError
+from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
+from .events import EventBus
+from .scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+_MIB = 1024 * 1024
+
+
+def version() -> str:
+    try:
+        return metadata.version("miserver")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Session:
+    def __init__(
+        self, manager: ModelManager, scheduler: Scheduler, bus: EventBus, launch_id: str | None
+    ) -> None:
+        self._manager = manager
+        self._scheduler = scheduler
+        self._bus = bus
+        self._launch_id = launch_id
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.generating = 0  # generations running now (the service counts them)
+        manager.on_change = self.announce
+
+    def announce(self) -> None:
+        """A `state` event with the info object (LOC-EVENTS-05)."""
+        self._bus.publish("state", self.info())
+
+    def info(self) -> dict[str, Any]:
+        """`GET /api/info` (LOC-INFO-01..19)."""
+        state, error = self._manager.session_state()
+        memory = psutil.virtual_memory()
+        return {
+            "version": version(),
+            "overlap_available": False,
+            "planner_available": False,
+            "host": {
+                "ram_total_mib": memory.total // _MIB,
+                "ram_available_mib": memory.available // _MIB,
+                "cpu_threads": os.cpu_count() or 1,
+            },
+            "state": state,
+            "error": error,
+            "model": self._model() if state == "ready" else None,
+            "generating": self.generating > 0,
+        }
+
+    def _model(self) -> dict[str, Any] | None:
+        resident = self._manager.resident
+        if resident is None:
+            return None
+        entry, engine = resident
+        threads = torch.get_num_threads() if entry.engine == "transformers" else 0
+        threads = threads or (os.cpu_count() or 1)
+        return {
+            "id": entry.model_id,
+            "path": str(entry.path),
+            "name": entry.path.name,
+            "arch": architecture(entry.path),
+            "n_ctx": engine.facts.context_length,
+            "think_ctl": "template",
+            "load_s": round(self._manager.load_seconds, 3),
+            "n_expert_used": 0,
+            "streaming": False,
+            "engine": "llama.cpp" if entry.engine == "gguf" else "transformers",
+            "compute_threads": threads,
+            "busy_threads": threads,
+        }
+
+    # -- load and unload -----------------------------------------------------------
+
+    def target(self, model: str | None) -> ModelEntry:
+        """The entry a load names (the launch model when none): refusals before the 202."""
+        model_id = model or self._launch_id
+        if model_id is None:
+            raise ApiError("no_model", "No model is configured; name one in `model`.", "model")
+        entry = self._manager.entry(model_id)
+        self._manager.check_loadable(entry)
+        return entry
+
+    def load(self, entry: ModelEntry) -> None:
+        """Start loading `entry` in the background (LOC-LOAD-05); its end is a `state` event."""
+        task = asyncio.get_running_loop().create_task(self._load(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, entry: ModelEntry) -> None:
+        if self._manager.engine_if_resident(entry) is None:
+            self._scheduler.cancel_holder()  # the session is replaced: its generation ends
+        ticket = self._scheduler.enter(front=True)
+        try:
+            await self._scheduler.wait(ticket)
+            await self._manager.ensure(entry)
+        except ApiError as exc:  # the manager recorded why; the state event says so
+            log.warning("session load failed: %s", exc.message)
+        finally:
+            self._scheduler.leave(ticket)
+
+    async def unload(self) -> bool:
+        """Cancel the running generation, then release the model (LOC-UNLOAD-01..03)."""
+        self._scheduler.cancel_holder()
+        ticket = self._scheduler.enter(front=True)
+        try:
+            await self._scheduler.wait(ticket)
+            return await self._manager.unload()
+        finally:
+            self._scheduler.leave(ticket)
+
+
+def architecture(path: Path) -> str:
+    """The architecture the model's own files name: a GGUF header or config.json."""
+    try:
+        if path.is_dir():
+            config = json.loads((path / "config.json").read_text("utf-8"))
+            return str(config.get("model_type", ""))
+        return str(read_metadata(path).get("general.architecture", ""))
+    except (OSError, ValueError):
+        return ""

@@ -1,0 +1,332 @@
+"""GET /api/params, GET and PUT /api/config over HTTP (LOC-PARAMS, LOC-CONFIG, LOC-CONC)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from starlette.testclient import TestClient
+
+from miserver.app import Server
+from miserver.models.manager import ModelManager
+from miserver.serving.config import SETTINGS_FILE, ConfigService
+from miserver.serving.params import table
+from miserver.settings import Settings
+from tests.conftest import JSON, LocalClient
+
+REQUIRED = {"key", "label", "type", "group", "group_label", "level", "scope", "help", "flag"}
+OPTIONAL = {
+    "short",
+    "switches",
+    "choices",
+    "min",
+    "max",
+    "unit",
+    "typical",
+    "special",
+    "lossy",
+    "accepts_auto",
+}
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
+        yield client
+
+
+def put(client: TestClient, body: Any) -> dict[str, Any]:
+    response = client.put("/api/config", json=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    return cast(dict[str, Any], response.json())
+
+
+def stored(settings: Settings) -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads((settings.data_dir / SETTINGS_FILE).read_text()))
+
+
+# -- the table -------------------------------------------------------------------------
+
+
+def test_the_table_has_its_shape(client: TestClient) -> None:
+    """LOC-PARAMS-01, -04..-08, -10..-12, -16, -18, -19: one object per row, the required
+    fields, only the listed optional ones, the enumerated sets, contiguous groups."""
+    response = client.get("/api/params")
+    assert response.status_code == 200
+    rows = response.json()
+    assert isinstance(rows, list) and rows
+    keys = [row["key"] for row in rows]
+    assert len(keys) == len(set(keys))
+    for row in rows:
+        assert REQUIRED | {"default"} <= row.keys()
+        assert row.keys() - REQUIRED - {"default"} <= OPTIONAL, row["key"]
+        assert row["type"] in {"bool", "int", "float", "path", "text", "choice"}
+        assert row["level"] in {"basic", "advanced", "experimental", "debug"}
+        assert row["scope"] in {"request", "session"}
+        assert row["flag"] is None or row["flag"].startswith("--")
+        for choice in row.get("choices", []):
+            assert choice.keys() == {"value", "label"}
+        for special in row.get("special", []):
+            assert type(special["value"]) is {"int": int, "float": float}[row["type"]]
+        if row["default"] == "auto" and row["type"] in ("int", "float"):
+            assert row.get("accepts_auto") is True
+        if row["type"] == "choice":
+            assert row["default"] in [c["value"] for c in row["choices"]]
+    groups = [row["group"] for row in rows]
+    order = list(dict.fromkeys(groups))
+    assert groups == sorted(groups, key=order.index), "the rows of a group are contiguous"
+
+
+def test_the_table_has_the_rows_the_api_names(client: TestClient) -> None:
+    """LOC-PARAMS-20, -21 (adapted), -03: the named rows, their types and scopes, the
+    server defaults that turn things on."""
+    rows = {row["key"]: row for row in client.get("/api/params").json()}
+    assert rows["model"]["type"] == "path"
+    assert rows["n-predict"]["type"] == "int" and rows["n-predict"]["scope"] == "request"
+    assert "max" in rows["n-predict"]
+    assert rows["think"]["type"] == "bool" and rows["think"]["scope"] == "request"
+    assert rows["decide"]["type"] == "bool"
+    for key in ("temp", "top-k", "top-p", "seed", "engine", "ctx-size", "threads"):
+        assert key in rows
+    for key in ("batch-size", "n-gpu-layers", "dtype", "device", "mmap", "mlock"):
+        assert key in rows
+    assert rows["chat-template"]["default"] is True
+    assert rows["decide"]["default"] is True
+    assert rows["ctx-size"]["default"] == "auto"
+    assert {c["value"] for c in rows["engine"]["choices"]} == {"auto", "transformers", "llama.cpp"}
+    assert rows["top-k"]["special"] == [{"value": 0, "label": "off"}]
+
+
+def test_internal_fields_are_not_served(client: TestClient) -> None:
+    """LOC-PARAMS-10: `writes_files` marks launch-only rows in the data, never on the wire."""
+    assert any(param.writes_files for param in table())
+    assert all("writes_files" not in row for row in client.get("/api/params").json())
+
+
+# -- reading and setting -----------------------------------------------------------------
+
+
+def test_the_config_has_its_shape(client: TestClient, settings: Settings) -> None:
+    """LOC-CONFIG-01..09: every key in its type, no user keys yet, the launch line,
+    valid, no reload with no model loaded (open point 30), no plan, auto_plan false."""
+    config = client.get("/api/config").json()
+    assert set(config) == {
+        "values",
+        "user_keys",
+        "args",
+        "valid",
+        "error",
+        "reload_required",
+        "plan",
+        "auto_plan",
+    }
+    assert list(config["values"]) == [param.key for param in table()]
+    assert config["user_keys"] == []
+    assert config["args"][:2] == ["--model", settings.model]
+    assert (config["valid"], config["error"]) == (True, "")
+    assert config["reload_required"] is False
+    assert config["plan"] is None and config["auto_plan"] is False
+
+
+def test_put_sets_values_and_user_keys_and_args(client: TestClient) -> None:
+    """LOC-CONC-03, LOC-CONFIG-04, -10, -11, -14: set keys join user_keys; args carry
+    flag and value as separate strings; "auto" where accepted."""
+    change = put(client, {"values": {"threads": 6, "temp": 1, "think": True, "ctx-size": "auto"}})
+    assert change["rejected"] == {}
+    assert change["values"]["threads"] == 6
+    assert change["values"]["temp"] == 1.0 and isinstance(change["values"]["temp"], float)
+    assert change["user_keys"] == ["ctx-size", "threads", "temp", "think"]
+    args = change["args"]
+    assert args[args.index("--threads") + 1] == "6"
+    assert client.get("/api/config").json() == {k: v for k, v in change.items() if k != "rejected"}
+
+
+def test_reset_returns_a_key_to_the_default(client: TestClient) -> None:
+    """LOC-CONFIG-12: a reset key takes the server default and leaves user_keys."""
+    default = client.get("/api/config").json()["values"]["top-k"]
+    put(client, {"values": {"top-k": 7, "seed": 1}})
+    change = put(client, {"reset": ["top-k"]})
+    assert change["values"]["top-k"] == default
+    assert change["user_keys"] == ["seed"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("think", 1),  # a bool must be a JSON boolean (LOC-CONC-04)
+        ("n-predict", True),  # an int is not a boolean
+        ("n-predict", 5.0),  # nor a float (open point 38)
+        ("temp", "0.5"),  # a float is a JSON number
+        ("model", 3),  # a path is a string (LOC-CONC-05)
+        ("temp", 2.5),  # above max (LOC-PARAMS-13)
+        ("top-k", -1),  # below min
+        ("engine", "vllm"),  # an unknown choice
+        ("n-predict", "auto"),  # "auto" without accepts_auto (LOC-CONC-06)
+        ("nonsense", 1),  # an unknown key (open point 33)
+        ("data-dir", "/tmp/elsewhere"),  # writes files: launch only (LOC-SEC-57)
+    ],
+)
+def test_a_value_that_does_not_parse_is_rejected_while_the_rest_applies(
+    client: TestClient, key: str, value: Any
+) -> None:
+    """LOC-CONFIG-15, LOC-SEC-57: listed in `rejected`, unchanged, the other keys applied."""
+    before = client.get("/api/config").json()["values"].get(key)
+    change = put(client, {"values": {key: value, "seed": 42}})
+    assert set(change["rejected"]) == {key}
+    assert change["rejected"][key]
+    assert change["values"].get(key) == before
+    assert key not in change["user_keys"]
+    assert change["values"]["seed"] == 42 and change["user_keys"] == ["seed"]
+
+
+def test_typical_is_guidance_not_a_limit(client: TestClient) -> None:
+    """LOC-PARAMS-15: outside `typical` but inside min/max is accepted."""
+    change = put(client, {"values": {"top-k": 500, "temp": 1.9}})
+    assert change["rejected"] == {}
+    assert (change["values"]["top-k"], change["values"]["temp"]) == (500, 1.9)
+
+
+def test_an_invalid_config_is_stored(client: TestClient, settings: Settings) -> None:
+    """LOC-CONFIG-13, -16: stored with valid false and the reason; fixing it validates."""
+    change = put(client, {"values": {"n-gpu-layers": 8}})
+    assert change["rejected"] == {}
+    assert change["valid"] is False and "n-gpu-layers" in change["error"]
+    assert stored(settings)["values"] == {"n-gpu-layers": 8}
+    change = put(client, {"values": {"model": "no/such/model.gguf"}, "reset": ["n-gpu-layers"]})
+    assert change["valid"] is False and "model" in change["error"]
+    change = put(client, {"reset": ["model"]})
+    assert (change["valid"], change["error"]) == (True, "")
+
+
+def test_auto_plan_without_a_planner(client: TestClient, settings: Settings) -> None:
+    """LOC-CONFIG-09, -18, -19: false is accepted and saved; true is rejected."""
+    change = put(client, {"auto_plan": False})
+    assert change["rejected"] == {} and change["auto_plan"] is False
+    assert stored(settings)["auto_plan"] is False
+    change = put(client, {"auto_plan": True})
+    assert "auto_plan" in change["rejected"] and change["auto_plan"] is False
+
+
+def test_a_body_that_is_not_an_object_is_refused(client: TestClient) -> None:
+    """The spec's validator: a non-object body or `values` is a 400."""
+    for body in (b"[1]", b'{"values": [1]}', b'{"reset": "top-k"}'):
+        response = client.put("/api/config", content=body, headers=JSON)
+        assert response.status_code == 400
+
+
+# -- persistence -----------------------------------------------------------------------
+
+
+def test_the_config_survives_a_restart(settings: Settings) -> None:
+    """LOC-CONFIG-19, -20, LOC-CONC-12: values and user_keys come back; only user-set keys
+    are saved, so the others follow the defaults of the next start."""
+    with LocalClient(Server(settings, preload=False)) as client:
+        put(client, {"values": {"threads": 3, "top-p": 0.5}, "auto_plan": False})
+    assert stored(settings) == {
+        "values": {"threads": 3, "top-p": 0.5},
+        "user_keys": ["threads", "top-p"],
+        "auto_plan": False,
+    }
+    newer = replace(settings, default_max_tokens=777)
+    with LocalClient(Server(newer, preload=False)) as client:
+        config = client.get("/api/config").json()
+    assert config["user_keys"] == ["threads", "top-p"]
+    assert (config["values"]["threads"], config["values"]["top-p"]) == (3, 0.5)
+    assert config["values"]["n-predict"] == 777  # not frozen by the first run
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", "[]", '{"values": 3}', '{"values": {"threads": "many", "bogus": 1}}']
+)
+def test_an_unreadable_settings_file_starts_from_defaults(settings: Settings, text: str) -> None:
+    """LOC-CONFIG-20: a corrupt settings.json is logged and ignored, never a crash."""
+    settings.data_dir.mkdir(parents=True)
+    (settings.data_dir / SETTINGS_FILE).write_text(text)
+    with LocalClient(Server(settings, preload=False)) as client:
+        config = client.get("/api/config").json()
+    assert config["user_keys"] == [] and config["valid"] is True
+
+
+def test_a_failed_write_leaves_the_old_file(
+    client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Atomic replacement (DECISIONS, open point 6): a write that fails before the rename
+    leaves the previous settings.json whole, no temp file, and the config unchanged."""
+    put(client, {"values": {"threads": 2}})
+    before = (settings.data_dir / SETTINGS_FILE).read_bytes()
+
+    def refuse(*_args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    response = client.put("/api/config", json={"values": {"threads": 9}}, headers=JSON)
+    monkeypatch.undo()
+    assert response.status_code == 500
+    assert (settings.data_dir / SETTINGS_FILE).read_bytes() == before
+    assert json.loads(before)["values"] == {"threads": 2}
+    assert sorted(p.name for p in settings.data_dir.iterdir() if "settings" in p.name) == [
+        SETTINGS_FILE
+    ]
+    assert client.get("/api/config").json()["values"]["threads"] == 2
+
+
+# -- events and the loaded session -------------------------------------------------------
+
+
+class Bus:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def publish(self, name: str, data: dict[str, Any]) -> None:
+        self.events.append((name, data))
+
+
+class Manager:
+    """Just what the config reads of the model manager: the resident session."""
+
+    def __init__(self) -> None:
+        self.resident: tuple[object, object] | None = None
+        self.on_change: Any = None
+
+    def entry(self, model_id: str) -> object:
+        return model_id
+
+
+def _service(tmp_path: Path) -> tuple[ConfigService, Bus, Manager]:
+    bus, manager = Bus(), Manager()
+    defaults = {param.key: param.default for param in table()} | {"model": "m"}
+    service = ConfigService(defaults, tmp_path / SETTINGS_FILE, bus, cast(ModelManager, manager))
+    return service, bus, manager
+
+
+def test_every_change_emits_a_config_event(tmp_path: Path) -> None:
+    """LOC-CONFIG-21: a `config` event with the new GET /api/config object per change;
+    a request that changes nothing emits none."""
+    service, bus, _ = _service(tmp_path)
+    service.update({"threads": 5})
+    service.update({"temp": "hot"})
+    service.update(reset=["threads"])
+    assert [name for name, _ in bus.events] == ["config", "config"]
+    assert bus.events[0][1]["values"]["threads"] == 5
+    assert bus.events[-1][1] == service.view()
+
+
+def test_reload_required_follows_the_loaded_session(tmp_path: Path) -> None:
+    """LOC-CONC-07..09, LOC-CONFIG-07: a session-scoped change while a model is loaded
+    needs a reload; a request-scoped one does not; the next load clears it."""
+    service, _, manager = _service(tmp_path)
+    assert service.update({"ctx-size": 4096})["reload_required"] is False  # nothing loaded
+    manager.resident = (object(), object())
+    manager.on_change()
+    assert service.update({"n-predict": 64, "think": True})["reload_required"] is False
+    assert service.update({"ctx-size": 2048})["reload_required"] is True
+    assert service.update({"ctx-size": 4096})["reload_required"] is False  # as loaded
+    service.update({"batch-size": 256})
+    manager.resident = (object(), object())  # loaded again, with the new values
+    manager.on_change()
+    assert service.view()["reload_required"] is False
