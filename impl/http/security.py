@@ -12,6 +12,7 @@ ends the request with an OpenAI-format error before any handler runs:
     /api /v1   with a key: Authorization: Bearer KEY, compared     401 invalid_api_key
                with hmac.compare_digest                            + WWW-Authenticate
     all        a declared Content-Length within BODY_CAP           413 payload_too_large
+    /api /v1   OPTIONS (a CORS preflight)                          405 method_not_allowed
     /api /v1   every method but GET and HEAD declares              415 unsupported_media_type
                application/json (any case, charset=utf-8 allowed)
     all        the body read (chunked too) stays within BODY_CAP   413 payload_too_large
@@ -193,6 +194,7 @@ class SecurityMiddleware:
             self._origin,
             self._key,
             self._declared_size,
+            self._preflight,
             self._media_type,
         )
 
@@ -270,6 +272,16 @@ class SecurityMiddleware:
         """LOC-SEC-67: a declared body over the cap is refused unread."""
         length = request.headers.get("content-length", "")
         return _too_large() if length.isdigit() and int(length) > BODY_CAP else None
+
+    def _preflight(self, request: _Request) -> ApiError | None:
+        """REQ-003 open point 9: OPTIONS (a CORS preflight) is 405, never answered with CORS."""
+        if not request.api or request.method != "OPTIONS":
+            return None
+        return ApiError(
+            "method_not_allowed",
+            "OPTIONS is not served: this API answers no cross-origin preflight.",
+            None,
+        )
 
     def _media_type(self, request: _Request) -> ApiError | None:
         """LOC-GEN-19/20, LOC-SEC-25..27: JSON on every method but GET and HEAD."""

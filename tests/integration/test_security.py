@@ -202,7 +202,8 @@ def test_allow_origin_admits_exactly_one_more_origin(keyed: Running) -> None:
 
 
 def test_no_response_carries_a_cors_header(client: httpx.Client, local: Running) -> None:
-    """LOC-SEC-23: not a preflight, not a refusal, not a plain answer (open point 9)."""
+    """LOC-SEC-23: not a preflight, not a refusal, not a plain answer; OPTIONS on /api and
+    /v1 is 405 with or without a JSON content type (open point 9)."""
     preflight = {
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type, authorization",
@@ -217,7 +218,7 @@ def test_no_response_carries_a_cors_header(client: httpx.Client, local: Running)
         client.options("/"),
         client.get("/v1/models", headers={"Origin": local.url}),
     ]
-    assert [r.status_code for r in responses] == [403, 415, 415, 405, 404, 200]
+    assert [r.status_code for r in responses] == [403, 405, 405, 405, 404, 200]
     for response in responses:
         assert_secured(response)
 
