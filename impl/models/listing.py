@@ -173,6 +173,16 @@ def _gguf_model(files: list[_File], total: int, root: str, folder: str) -> Local
     )
 
 
+def architecture(path: Path) -> str:
+    """The architecture a model's own files name: an HF folder's `model_type`, a GGUF's
+    header (read through the cached facts); "" when unreadable."""
+    if path.is_dir():
+        config = _json_object(path / "config.json")
+        arch = config.get("model_type") if config is not None else None
+        return arch if isinstance(arch, str) else ""
+    return gguf_header(path)[0]
+
+
 def gguf_header(path: Path) -> tuple[str, str]:
     """`(arch, role)` from a GGUF header; `("", "")` when it cannot be read (LOC-MODELS-26)."""
     try:

@@ -11,18 +11,16 @@ generation (LOC-UNLOAD-01).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
 
-from ..engines.gguf import read_metadata
 from ..http.errors import ApiError
+from ..models.listing import architecture
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from .events import EventBus
@@ -52,8 +50,9 @@ class Session:
         manager.on_change = self.announce
 
     def announce(self) -> None:
-        """A `state` event with the info object (LOC-EVENTS-05)."""
-        self._bus.publish("state", self.info())
+        """A `state` event with the info object (LOC-EVENTS-05), built only for listeners."""
+        if self._bus.listening:
+            self._bus.publish("state", self.info())
 
     def info(self) -> dict[str, Any]:
         """`GET /api/info` (LOC-INFO-01..19)."""
@@ -134,14 +133,3 @@ class Session:
             return await self._manager.unload()
         finally:
             self._scheduler.leave(ticket)
-
-
-def architecture(path: Path) -> str:
-    """The architecture the model's own files name: a GGUF header or config.json."""
-    try:
-        if path.is_dir():
-            config = json.loads((path / "config.json").read_text("utf-8"))
-            return str(config.get("model_type", ""))
-        return str(read_metadata(path).get("general.architecture", ""))
-    except (OSError, ValueError):
-        return ""
