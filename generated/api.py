@@ -39,6 +39,12 @@ class Config(BaseModel):
         dict[str, Any], Field(description="Every parameter, keyed by `key`.")
     ]
     user_keys: list[str]
+    operator_keys: Annotated[
+        list[str],
+        Field(
+            description="Keys the operator set with a launch flag (`--model`, `--threads`, `--default-max-tokens`, `--data-dir`): the server's defaults for them, below the user's values and never persisted (REQ-003 open point 31)."
+        ),
+    ]
     args: Annotated[
         list[str],
         Field(description="The `miserver serve` flags that reproduce the config."),

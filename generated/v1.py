@@ -258,8 +258,20 @@ class CompletionRequest(BaseModel):
     best_of: Annotated[int | None, Field(ge=1)] = None
     echo: bool | None = None
     suffix: str | None = None
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
-    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
+    max_completion_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
     seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
     stop: str | Stop1 | None = None
     frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
@@ -314,6 +326,12 @@ class AssistantMessage(BaseModel):
     )
     role: Literal["assistant"]
     content: Annotated[str | None, Field(...)]
+    reasoning_content: Annotated[
+        str | None,
+        Field(
+            description="The reply's reasoning span, markers stripped (LOC-CHAT-68); present for models whose template writes one, null when the reply had none."
+        ),
+    ] = None
 
 
 class Byte(RootModel[int]):
@@ -394,6 +412,12 @@ class ChunkDelta(BaseModel):
     )
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: Annotated[
+        str | None,
+        Field(
+            description="Text of the reply's reasoning span (LOC-CHAT-57), never also sent as content."
+        ),
+    ] = None
 
 
 class ChatChunkChoice(BaseModel):
@@ -490,7 +514,12 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    role: Literal["system", "user", "assistant", "tool", "function"]
+    role: Annotated[
+        Literal["system", "developer", "user", "assistant", "tool", "function"],
+        Field(
+            description="`developer` is rendered as `system` (LOC-CHAT-03); `function` as `tool`."
+        ),
+    ]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallHistory] | None = None
@@ -515,8 +544,20 @@ class ChatCompletionRequest(BaseModel):
     temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
     n: Annotated[int | None, Field(ge=1, le=128)] = None
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
-    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
+    max_completion_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
     seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
     stop: str | Stop1 | None = None
     frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
@@ -541,6 +582,18 @@ class ChatCompletionRequest(BaseModel):
     return_sae_activations: SaeActivationsRequest | None = None
     extra_messages: list[Conversation] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    think: Annotated[
+        bool | None,
+        Field(
+            description="Thinking on or off for this request (LOC-CHAT-29); it wins over `chat_template_kwargs.enable_thinking`, then `reasoning_effort`, then the server's `think` parameter. Reaches the template as `enable_thinking`."
+        ),
+    ] = None
+    reasoning_effort: Annotated[
+        str | None,
+        Field(
+            description="OpenAI's field: `none` turns thinking off, any other value turns it on (LOC-CHAT-31), unless `think` or `chat_template_kwargs.enable_thinking` is sent."
+        ),
+    ] = None
     dimensions: int | None = None
     pooling: str | None = None
     normalize: bool | None = None

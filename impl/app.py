@@ -25,6 +25,7 @@ from .access import AccessPolicy, access_policy
 from .http.errors import ApiError, internal_error
 from .http.security import SecurityMiddleware
 from .http.validation import OpenAIBodyValidator, OpenAIParameterValidator
+from .models.locator import ModelLocator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .serving.config import ConfigService
@@ -176,14 +177,24 @@ class Server:
         self.bus = EventBus()
         self._log_events = LogEvents(self.bus)
         logging.getLogger("miserver").addHandler(self._log_events)
-        session = Session(manager, scheduler, self.bus, self._launch_id)
-        service = CompletionService(
-            settings, manager, scheduler, self._executor, live, session, self.bus
-        )
+        locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
+        session = Session(manager, scheduler, self.bus, self._launch_id, locator)
         admin = SteeringAdmin(live, manager)
         decider = Decider(manager, scheduler, self._executor)
         embeddings = EmbeddingService(settings, manager, scheduler, self._executor)
-        config = ConfigService.open(settings, self.bus, self._launch_id, manager)
+        config = ConfigService.open(settings, self.bus, self._launch_id, manager, locator)
+        manager.load_options = config.load_options
+        decider.enabled = lambda: bool(config.in_session("decide"))
+        service = CompletionService(
+            settings,
+            manager,
+            scheduler,
+            self._executor,
+            live,
+            session,
+            self.bus,
+            config.request_defaults,
+        )
         self.state = ServerState(
             settings,
             manager,

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import settings as settings_mod
 from .access import StartRefused, access_policy
@@ -24,6 +25,19 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="serve the /v1 API (default model: SmolLM2-135M-Instruct)"
     )
     settings_mod.add_flags(serve)
+    serve.add_argument(
+        "--describe-params",
+        action="store_true",
+        help="print the parameter table (GET /api/params, with the table's own defaults) "
+        "as JSON and exit",
+    )
+    schemas = commands.add_parser("schemas", help="the published contract (spec/)")
+    schema_commands = schemas.add_subparsers(dest="schemas_command", required=True)
+    export = schema_commands.add_parser(
+        "export",
+        help="write the OpenAPI documents (YAML and JSON) and the JSON Schemas under DIR",
+    )
+    export.add_argument("dir", help="the folder to write (created if missing)")
     hashing = commands.add_parser(
         "steering-hash",
         help="print the steering-set hash of an SAE ID and features (as in X-miLLM-Steering)",
@@ -42,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> int:
     """Check the start-up rules (exit 2 on a refusal, nothing listens), then serve."""
+    if args.describe_params:
+        from .serving.params import described
+
+        sys.stdout.write(json.dumps(described(), indent=2) + "\n")
+        return 0
     settings = settings_mod.from_args(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -97,9 +116,18 @@ def steering_hash(args: argparse.Namespace) -> int:
     return 0
 
 
+def schemas(args: argparse.Namespace) -> int:
+    """`miserver schemas export DIR`: the contract's files, one path per line."""
+    from . import contract
+
+    for path in contract.export(Path(args.dir)):
+        sys.stdout.write(f"{path}\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    commands = {"serve": serve, "steering-hash": steering_hash}
+    commands = {"serve": serve, "schemas": schemas, "steering-hash": steering_hash}
     sys.exit(commands[args.command](args))
 
 

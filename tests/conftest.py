@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 import pytest
+import uvicorn
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
@@ -25,14 +30,20 @@ JSON = {"Content-Type": "application/json"}  # every POST, PUT and DELETE sends 
 LOCAL_URL = "http://127.0.0.1"  # a loopback server answers only loopback Host names (LOC-SEC-17)
 
 
+LOCAL_PEER = ("127.0.0.1", 50000)
+
+
 class LocalClient(TestClient):
-    """A TestClient that reaches the server as a local client does, with Host 127.0.0.1.
+    """A TestClient that reaches the server as a local client does: Host 127.0.0.1, from a
+    loopback peer.
 
     A server bound to loopback refuses any other Host (LOC-SEC-17), TestClient's
-    default `testserver` included.
+    default `testserver` included; a peer that is not loopback is confined to the
+    model folders (LOC-SEC-58).
     """
 
     def __init__(self, app: ASGIApp, **options: Any) -> None:
+        options.setdefault("client", LOCAL_PEER)
         super().__init__(app, base_url=LOCAL_URL, **options)
 
 
@@ -149,3 +160,28 @@ def bf16_models_dir(gguf_path: Path) -> Path:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return models
+
+
+@contextlib.contextmanager
+def uvicorn_serving(
+    app: ASGIApp, address: str = "127.0.0.1", start_timeout: float = 120.0
+) -> Iterator[int]:
+    """Serve `app` with uvicorn in a thread on a socket bound to `address` until the block
+    ends; yields the port. Forwarding headers are not read, as in `miserver serve`."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((address, 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", proxy_headers=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + start_timeout
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=start_timeout)
+        sock.close()

@@ -13,6 +13,24 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """How a session loads its model: the config's session parameters (docs/LOCAL.md).
+
+    0 and "auto" keep the model's or the library's own choice.
+    """
+
+    threads: int = 0  # forward-pass threads (torch on transformers, llama.cpp on GGUF)
+    ctx_size: int = 0  # context tokens: at most the model's own length
+    batch_size: int = 0  # prompt tokens per forward pass (llama.cpp's n_batch)
+    dtype: str = "auto"  # transformers' compute type: auto, float32, bfloat16, float16
+    mmap: bool = True  # llama.cpp maps the file instead of reading it
+    mlock: bool = False  # llama.cpp locks the model's pages in RAM
+
+
+DEFAULT_LOAD = LoadOptions()
+
+
+@dataclass(frozen=True, slots=True)
 class ModelFacts:
     """What a loaded model says about itself (for /v1/models and fingerprints)."""
 
@@ -27,6 +45,7 @@ class ModelFacts:
     has_chat_template: bool
     d_model: int = 0
     n_layers: int = 0
+    threads: int = 0  # the threads its forward passes use (0: not recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +58,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     constraint: Constraint | None = None
+    top_k: int = 0  # sample among the k most likely tokens only; 0 is off
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,12 @@
 
 Both engines render chats with the model's own template; what they hand the
 template is prepared here so the two agree token for token (OAI-TOKIDS-01):
-known roles only (`function` is rendered as `tool`), content as a string
-(null, a string, or text parts), keys whose value is null dropped (as
-transformers' `apply_chat_template` does), and a trailing assistant message
-split off as a partial answer to continue (OAI-CONT-01..03).
+known roles only (`developer` is rendered as `system`, LOC-CHAT-03, and
+`function` as `tool`), content as a string (null, a string, or text parts),
+a history's reasoning under every name templates read (LOC-CHAT-10), keys
+whose value is null dropped (as transformers' `apply_chat_template` does),
+and a trailing assistant message split off as a partial answer to continue
+(OAI-CONT-01..03).
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ FALLBACK_TEMPLATE = (
 )
 """ChatML, for models that ship no chat template (OAI-TOKIDS-07)."""
 
-ROLES = frozenset({"system", "user", "assistant", "tool", "function"})
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 RESERVED_KWARGS = frozenset(
     {"conversation", "chat_template", "tokenize", "add_generation_prompt", "return_dict"}
     | {"continue_final_message", "return_assistant_tokens_mask"}
 )
 """Arguments of `apply_chat_template` that template variables may not override."""
-_RENDERED_AS = {"function": "tool"}
+_RENDERED_AS = {"function": "tool", "developer": "system"}
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+"""The names chat templates read a message's reasoning under (Qwen3, DeepSeek: the first)."""
 
 
 def content_text(content: Any) -> str:
@@ -60,7 +64,15 @@ def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
     normalized = {key: value for key, value in message.items() if value is not None}
     normalized["role"] = _RENDERED_AS.get(role, role)
     normalized["content"] = content_text(message.get("content"))
-    return normalized
+    return _with_reasoning_aliases(normalized)
+
+
+def _with_reasoning_aliases(message: dict[str, Any]) -> dict[str, Any]:
+    """The reasoning under every name templates read (LOC-CHAT-10)."""
+    reasoning = next((message[k] for k in REASONING_FIELDS if message.get(k) is not None), None)
+    if reasoning is None:
+        return message
+    return {**message, **dict.fromkeys(REASONING_FIELDS, reasoning)}
 
 
 def refuse_tool_history(messages: Sequence[Mapping[str, Any]]) -> None:

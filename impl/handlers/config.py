@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from connexion.context import request
 from starlette.responses import JSONResponse
 
 from ..generated import api
+from ..models.locator import is_loopback_peer
 from .common import parse, state
 
 
@@ -23,5 +25,6 @@ async def get_config() -> JSONResponse:
 async def put_config(body: dict[str, Any]) -> JSONResponse:
     """PUT /api/config (LOC-CONFIG-10..21): refusals per key come back in `rejected`."""
     req = parse(api.ConfigUpdate, body)
-    change = state().config.update(req.values, req.reset or (), req.auto_plan)
+    local = is_loopback_peer(request.scope)
+    change = state().config.update(req.values, req.reset or (), req.auto_plan, peer_local=local)
     return JSONResponse(change)

@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
 
+from connexion.context import request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..generated import api
 from ..http.errors import ApiError
 from ..http.sse import named
 from ..models.listing import list_local
+from ..models.locator import is_loopback_peer
 from .common import parse, state
 
 PING_SECONDS = 15.0  # a `: ping` comment this often on a quiet stream (LOC-EVENTS-03)
@@ -28,16 +30,20 @@ async def load(body: dict[str, Any] | None = None) -> JSONResponse:
     LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads)."""
     req = parse(api.LoadRequest, body or {})
     server = state()
+    local = is_loopback_peer(request.scope)
+    config = server.config.view()
+    engine = str(config["values"]["engine"])
     if req.model is None:  # the configured model, if the stored config validates
-        config = server.config.view()
         if not config["valid"]:
             raise ApiError(
                 "invalid_parameter", f"The stored config is invalid: {config['error']}", "config"
             )
-        entry = server.session.target(str(config["values"]["model"]))
-    else:  # the model parameter is set first, then loaded (LOC-LOAD-04)
-        entry = server.session.target(req.model)
-        server.config.update(values={"model": req.model})
+        entry = server.session.target(
+            str(config["values"]["model"]), peer_local=local, engine=engine
+        )
+    else:  # the model parameter is set first, then loaded (LOC-LOAD-04, open point 36)
+        entry = server.session.target(req.model, peer_local=local, engine=engine)
+        server.config.update(values={"model": req.model}, peer_local=local)
     server.session.load(entry)
     return JSONResponse({"model": entry.model_id}, status_code=202)
 

@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..engines.base import Engine
+from ..engines.base import Engine, LoadOptions
 from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
 from ..engines.llamacpp import load_llamacpp_engine
 from ..engines.transformers import load_transformers_engine
@@ -40,16 +40,16 @@ from .registry import GGUF, TRANSFORMERS, ModelEntry, ModelRegistry
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Loader = Callable[[ModelEntry, Settings], Engine]
+Loader = Callable[[ModelEntry, Settings, LoadOptions], Engine]
 SUPPORTED_HF_QUANTIZATION: frozenset[str | None] = frozenset({None})
 
 
-def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
+def _load_transformers(entry: ModelEntry, settings: Settings, options: LoadOptions) -> Engine:
     return load_transformers_engine(
         entry.path,
         model_id=entry.model_id,
         cache_dir=settings.cache_dir,
-        threads=settings.threads,
+        options=options,
         owned_by=entry.owned_by,
         encoder=entry.task == "embed",
         float32=Float32Settings(
@@ -60,11 +60,11 @@ def _load_transformers(entry: ModelEntry, settings: Settings) -> Engine:
     )
 
 
-def _load_gguf(entry: ModelEntry, settings: Settings) -> Engine:
+def _load_gguf(entry: ModelEntry, settings: Settings, options: LoadOptions) -> Engine:
     return load_llamacpp_engine(
         entry.path,
         model_id=entry.model_id,
-        threads=settings.threads,
+        options=options,
         owned_by=entry.owned_by,
         embeddings=settings.gguf_enable_embeddings,
     )
@@ -95,6 +95,9 @@ class ModelManager:
         self._error = ""  # why the last load failed ("" after a success or an unload)
         self.load_seconds = 0.0
         self.on_change: Callable[[], None] | None = None  # the session state moved (events)
+        # How the next load goes: the config's session parameters once the config is up.
+        self.load_options: Callable[[], LoadOptions] = lambda: LoadOptions(threads=settings.threads)
+        self.loaded_options = LoadOptions()  # what the resident model was loaded with
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -222,8 +225,11 @@ class ModelManager:
     async def _load(self, entry: ModelEntry) -> Engine:
         loop = asyncio.get_running_loop()
         load = ENGINES[entry.engine].load
+        options = self.load_options()
         try:
-            engine = await loop.run_in_executor(self._executor, load, entry, self._settings)
+            engine = await loop.run_in_executor(
+                self._executor, load, entry, self._settings, options
+            )
         except Exception as exc:
             self._failed.add(entry.model_id)
             self._error = f"loading {entry.model_id} failed: {exc}"
@@ -233,6 +239,7 @@ class ModelManager:
             ) from exc
         self._failed.discard(entry.model_id)
         self._error = ""
+        self.loaded_options = options
         return engine
 
     async def tokenize(self, fn: Callable[[], T]) -> T:

@@ -120,6 +120,26 @@ class ModelRegistry:
         self._launch = entries_for(launch, convert=True) if launch is not None else []
         if launch is not None and not self._launch:
             raise FileNotFoundError(f"{launch} is neither a .gguf file nor an HF model folder")
+        self._opened: list[ModelEntry] = []  # the last model a client opened by path
+
+    @property
+    def models_dir(self) -> Path:
+        return self._models_dir
+
+    @property
+    def launch_path(self) -> Path | None:
+        """The operator's launch model (LOC-SEC-66), whose path is never confined."""
+        return self._launch[0].path if self._launch else None
+
+    def open(self, path: Path, engine: str | None = None) -> ModelEntry | None:
+        """The entry of a model a client named by path (LOC-SEC-56), served by `engine` (None:
+        the path's own, llama.cpp for a GGUF file), kept resolvable by id until another path
+        is opened; None when `path` is no model or that engine cannot serve it."""
+        found = entries_for(path, convert=engine == TRANSFORMERS)
+        entry = next((e for e in found if engine is None or e.engine == engine), None)
+        if entry is not None:
+            self._opened = [entry]
+        return entry
 
     @property
     def launch(self) -> ModelEntry | None:
@@ -127,8 +147,10 @@ class ModelRegistry:
         return self._launch[0] if self._launch else None
 
     def entries(self) -> list[ModelEntry]:
-        """Every servable model, the launch model first, ids unique."""
+        """Every servable model, the launch model first, then one opened by path, ids unique."""
         found: dict[str, ModelEntry] = {e.model_id: e for e in self._launch}
+        for entry in self._opened:
+            found.setdefault(entry.model_id, entry)
         if self._models_dir.is_dir():
             for path in sorted(self._models_dir.iterdir()):
                 for entry in entries_for(path):

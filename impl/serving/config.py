@@ -22,9 +22,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..engines.base import LoadOptions
 from ..http.errors import ApiError
+from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..settings import Settings
+from .defaults import RequestDefaults
 from .params import AUTO, Param, Refused, by_key, table
 
 log = logging.getLogger(__name__)
@@ -37,17 +40,32 @@ class Publisher(Protocol):
     def publish(self, name: str, data: dict[str, Any]) -> None: ...
 
 
-def server_defaults(settings: Settings, launch_id: str | None) -> dict[str, Any]:
-    """The table's defaults with the launch settings laid over them (LOC-PARAMS-03)."""
-    defaults = {param.key: param.default for param in table()}
-    launch = {
-        "model": launch_id or settings.model or "",
-        "threads": settings.threads or AUTO,
-        "n-predict": settings.default_max_tokens,
-        "data-dir": str(settings.data_dir),
+def _launch(settings: Settings, launch_id: str | None) -> dict[str, tuple[Any, bool]]:
+    """Each launch setting's parameter value, and whether the operator gave it (a setting
+    that differs from its built-in default came from its flag or environment variable)."""
+    built_in = Settings()
+    return {
+        "model": (launch_id or settings.model or "", settings.model is not None),
+        "threads": (settings.threads or AUTO, settings.threads != built_in.threads),
+        "n-predict": (
+            settings.default_max_tokens,
+            settings.default_max_tokens != built_in.default_max_tokens,
+        ),
+        "data-dir": (str(settings.data_dir), settings.data_dir != built_in.data_dir),
     }
+
+
+def operator_keys(settings: Settings, launch_id: str | None) -> tuple[str, ...]:
+    """The parameters the operator set at launch (REQ-003 open point 31)."""
+    return tuple(key for key, (_, given) in _launch(settings, launch_id).items() if given)
+
+
+def server_defaults(settings: Settings, launch_id: str | None) -> dict[str, Any]:
+    """The table's defaults with the launch settings laid over them (LOC-PARAMS-03):
+    default < launch flags < the user's values (open point 31)."""
+    defaults = {param.key: param.default for param in table()}
     rows = by_key()
-    for key, value in launch.items():
+    for key, (value, _) in _launch(settings, launch_id).items():
         try:
             defaults[key] = rows[key].parse(value)
         except Refused as exc:
@@ -80,11 +98,14 @@ class ConfigService:
         path: Path,
         bus: Publisher,
         manager: ModelManager | None = None,
+        locator: ModelLocator | None = None,
     ) -> None:
         self._defaults = dict(defaults)
         self._path = path
         self._bus = bus
         self._manager = manager
+        self._locator = locator
+        self.operator_keys: tuple[str, ...] = ()  # set at launch, shown, never persisted
         self._user: dict[str, Any] = self._restore()
         self._loaded_token: int | None = None
         self._loaded_values: dict[str, Any] | None = None  # session values at the last load
@@ -93,10 +114,18 @@ class ConfigService:
 
     @classmethod
     def open(
-        cls, settings: Settings, bus: Publisher, launch_id: str | None, manager: ModelManager
+        cls,
+        settings: Settings,
+        bus: Publisher,
+        launch_id: str | None,
+        manager: ModelManager,
+        locator: ModelLocator,
     ) -> ConfigService:
         defaults = server_defaults(settings, launch_id)
-        return cls(defaults, settings.data_dir / SETTINGS_FILE, bus, manager)
+        path = settings.data_dir / SETTINGS_FILE
+        service = cls(defaults, path, bus, manager, locator)
+        service.operator_keys = operator_keys(settings, launch_id)
+        return service
 
     # -- reading -------------------------------------------------------------------
 
@@ -104,6 +133,26 @@ class ConfigService:
     def values(self) -> dict[str, Any]:
         """Every parameter, in table order (LOC-CONFIG-02)."""
         return {p.key: self._user.get(p.key, self._defaults[p.key]) for p in table()}
+
+    def request_defaults(self) -> RequestDefaults:
+        """What a generation request that leaves a field out gets (docs/LOCAL.md)."""
+        return RequestDefaults.of(self.values)
+
+    def load_options(self) -> LoadOptions:
+        """How the next load goes: the session parameters (LOC-CONC-10; docs/LOCAL.md)."""
+        values = self.values
+
+        def count(key: str) -> int:
+            return 0 if values[key] == AUTO else int(values[key])
+
+        return LoadOptions(
+            threads=count("threads"),
+            ctx_size=count("ctx-size"),
+            batch_size=count("batch-size"),
+            dtype=str(values["dtype"]),
+            mmap=bool(values["mmap"]),
+            mlock=bool(values["mlock"]),
+        )
 
     def params(self) -> list[dict[str, Any]]:
         """GET /api/params: the table with the server's defaults (LOC-PARAMS-01)."""
@@ -117,6 +166,7 @@ class ConfigService:
         return {
             "values": values,
             "user_keys": [p.key for p in table() if p.key in self._user],
+            "operator_keys": [p.key for p in table() if p.key in self.operator_keys],
             "args": launch_args(values),
             "valid": not error,
             "error": error,
@@ -132,13 +182,20 @@ class ConfigService:
         values: Mapping[str, Any] | None = None,
         reset: Sequence[str] = (),
         auto_plan: bool | None = None,
+        *,
+        peer_local: bool = True,
     ) -> dict[str, Any]:
-        """PUT /api/config: set, reset, validate, save, announce (LOC-CONFIG-10..21)."""
+        """PUT /api/config: set, reset, validate, save, announce (LOC-CONFIG-10..21).
+
+        A `model` path this peer may not open is rejected, not stored (LOC-SEC-62)."""
         rejected: dict[str, str] = {}
         user = dict(self._user)
         for key, value in (values or {}).items():
             try:
-                user[key] = self._settable(key).parse(value)
+                parsed = self._settable(key).parse(value)
+                if key == "model":
+                    self._confine(parsed, peer_local)
+                user[key] = parsed
             except Refused as exc:
                 rejected[key] = str(exc)
         for key in reset:
@@ -155,6 +212,14 @@ class ConfigService:
             self._user = user
             self._bus.publish("config", self.view())
         return {**self.view(), "rejected": rejected}
+
+    def _confine(self, model: str, peer_local: bool) -> None:
+        if self._locator is None:
+            return
+        try:
+            self._locator.check(model, peer_local=peer_local)
+        except ApiError as exc:
+            raise Refused(f"{exc.code}: {exc.message}") from exc
 
     def _settable(self, key: str) -> Param:
         param = by_key().get(key)
@@ -178,15 +243,9 @@ class ConfigService:
         return ""
 
     def _knows(self, model: str) -> bool:
-        if Path(model).expanduser().exists():
-            return True
-        if self._manager is None:
-            return False
-        try:
-            self._manager.entry(model)
-        except ApiError:
-            return False
-        return True
+        if self._locator is None:
+            return Path(model).expanduser().exists()
+        return self._locator.known(model)
 
     # -- the loaded session (LOC-CONC-08/09, LOC-CONFIG-07) -----------------------------
 
@@ -207,6 +266,12 @@ class ConfigService:
         if token != self._loaded_token:
             self._loaded_token = token
             self._loaded_values = None if token is None else _session(self.values)
+
+    def in_session(self, key: str) -> Any:
+        """A session parameter as the loaded session has it (the current value when none is)."""
+        self._observe()
+        loaded = self._loaded_values
+        return loaded[key] if loaded is not None else self.values[key]
 
     def _reload_required(self, values: Mapping[str, Any]) -> bool:
         return self._loaded_values is not None and self._loaded_values != _session(values)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any
@@ -68,11 +68,18 @@ class Decider:
         self._manager = manager
         self._scheduler = scheduler
         self._executor = executor
+        self.enabled: Callable[[], bool] = lambda: True  # the session's `decide` parameter
 
     def _engine(self) -> Engine:
         resident = self._manager.resident
         if resident is None:
             raise ApiError("no_model", "No model is loaded to decide with.", None)
+        if not self.enabled():  # LOC-DECIDE-24
+            raise _refuse(
+                "Decisions are off in this session: set the `decide` parameter "
+                "(PUT /api/config) and reload the model.",
+                None,
+            )
         entry, engine = resident
         if "decide" not in engine.capabilities:
             raise _refuse(

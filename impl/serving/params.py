@@ -128,3 +128,9 @@ def table() -> Sequence[Param]:
 
 def by_key() -> Mapping[str, Param]:
     return {param.key: param for param in table()}
+
+
+def described() -> list[dict[str, Any]]:
+    """`miserver serve --describe-params`: GET /api/params with the table's own defaults
+    where the server shows its launch settings (LOC-PARAMS-02)."""
+    return [param.served(param.default) for param in table()]

@@ -31,12 +31,15 @@ from ..models.registry import ModelEntry
 from ..steering.header import Unknown, serialize
 from ..steering.source import RequestSource
 from . import schema_subset, shapes
+from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob
+from .reasoning import ReasoningPlan, reasoning_plan
+from .replies import ReplyStream, whole
 from .requests import GenerationRequest, Prompt
 from .response_format import OutputFormat
 from .scheduler import Ticket
 from .telemetry import Meter
-from .tools import ToolAsk, ToolPlan, tool_plan, wire_calls
+from .tools import ToolAsk, ToolPlan, tool_plan
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class Plan:
     output: OutputFormat | None = None
     tool_ask: ToolAsk | None = None
     tools: ToolPlan | None = None  # fixed once the model is resident
+    reasoning: ReasoningPlan | None = None  # the template's reasoning span, if any (idem)
 
     def steering_header(self) -> str:
         """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
@@ -76,15 +80,26 @@ class Plan:
         return None if self.tools is None else self.tools.constraint
 
     def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
-        """One finished choice: validated when constrained, its calls parsed when tools ran."""
+        """One finished choice: validated when constrained, its reasoning split off and its
+        calls parsed (choices run prompt by prompt, `n` each)."""
         endpoint = self.request.endpoint
         if self.output is not None:
             finish_reason = self.output.finish(text, finish_reason)
-        parsed = None if self.tools is None else self.tools.parse(text)
-        if parsed is None:
-            return shapes.choice(endpoint, index, text, finish_reason)
-        calls = wire_calls(parsed.calls)
-        return shapes.choice(endpoint, index, parsed.content, "tool_calls", calls)
+        spans = self.reasoning
+        answer = whole(
+            text, None if spans is None else spans.split(index // self.request.n, text), self.tools
+        )
+        if answer.calls:
+            finish_reason = "tool_calls"
+        out = shapes.choice(endpoint, index, answer.content, finish_reason, answer.calls)
+        if spans is not None:  # LOC-CHAT-68
+            out["message"]["reasoning_content"] = answer.reasoning
+        return out
+
+    def reply_stream(self, i: int) -> ReplyStream:
+        """Prompt i's streamed reply: reasoning split off, calls held (LOC-CHAT-57)."""
+        spans = None if self.reasoning is None else self.reasoning.stream(i)
+        return ReplyStream(spans, self.tools)
 
 
 def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:
@@ -157,7 +172,7 @@ def prompt_ids(engine: Engine, prompt: Prompt, row: int = 0) -> list[int]:
 
 
 async def prepare(
-    plan: Plan, engine: Engine, manager: ModelManager, default_max_tokens: int
+    plan: Plan, engine: Engine, manager: ModelManager, defaults: RequestDefaults
 ) -> None:
     """Tokenize every prompt and fix its budget; refusals before any generation."""
     plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
@@ -172,7 +187,9 @@ async def prepare(
             )
             raise ApiError(code, f"prompt {i} tokenizes to nothing; nothing to continue.", where)
         plan.prompt_ids.append(ids)
-        plan.budgets.append(budget(plan.request, engine, ids, default_max_tokens))
+        plan.budgets.append(budget(plan.request, engine, ids, defaults))
+    if _may_reason(plan):
+        plan.reasoning = await manager.tokenize(partial(reasoning_plan, engine, plan.prompt_ids))
     if plan.output is not None:
         await _compile(plan.output, engine, manager)
     if plan.tools is not None and plan.tools.constraint is not None:
@@ -181,6 +198,14 @@ async def prepare(
         except ConstraintUnsupported as exc:  # the call stays forced by its opening alone
             log.warning("a forced call's arguments are not constrained: %s", exc)
             plan.tools = replace(plan.tools, constraint=None)
+
+
+def _may_reason(plan: Plan) -> bool:
+    """Whether a reasoning span is read off the reply: a generated chat reply that neither a
+    grammar nor a forced call's opening holds from its first token (LOC-CHAT-40)."""
+    r = plan.request
+    forced = plan.tools is not None and bool(plan.tools.opening)
+    return r.endpoint == "chat" and r.scoring is None and plan.constraint is None and not forced
 
 
 async def _compile(output: OutputFormat, engine: Engine, manager: ModelManager) -> None:
@@ -197,12 +222,14 @@ async def _compile(output: OutputFormat, engine: Engine, manager: ModelManager) 
 
 
 def budget(
-    req: GenerationRequest, engine: Engine, ids: Sequence[int], default_max_tokens: int
+    req: GenerationRequest, engine: Engine, ids: Sequence[int], defaults: RequestDefaults
 ) -> int:
-    """`max_tokens`, or the default cut to what the window leaves; refused past the window."""
+    """`max_tokens` clamped to n-predict's maximum, or (absent or 0) n-predict cut to what
+    the window leaves (LOC-CHAT-21..23); refused past the window (OAI-ERR-04)."""
     limit = engine.facts.context_length
     left = limit - len(ids)
-    asked = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, left)
+    asked = defaults.ceiling(req.max_tokens)
+    asked = asked if asked is not None else min(defaults.max_tokens, left)
     if left < 1 or asked > left:
         asked = max(asked, 1)
         param = ("messages" if req.endpoint == "chat" else "prompt") if left < 1 else "max_tokens"
@@ -228,6 +255,7 @@ def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, meter: Meter | None
         r.frequency_penalty,
         r.presence_penalty,
         plan.constraint,
+        r.top_k,
     )
     return ChoiceJob(
         plan.prompt_ids[i],
@@ -236,7 +264,8 @@ def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, meter: Meter | None
         rng,
         ticket.halt,
         plan.steering,
-        keep_special=plan.tools is not None,  # call markers may be special tokens
+        # call and reasoning markers may be special tokens
+        keep_special=plan.tools is not None or plan.reasoning is not None,
         stop=ticket.cancel,
         meter=meter,
     )

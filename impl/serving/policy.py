@@ -60,6 +60,12 @@ def decide(rule: Rule, engine: str, capabilities: frozenset[str]) -> str:
     raise ValueError(f"malformed rule in fields.yaml: {rule!r}")
 
 
+def honours(endpoint: str, name: str, engine: str, capabilities: frozenset[str]) -> bool:
+    """Whether `endpoint` on `engine` uses the field `name` (its row reads `honoured`)."""
+    rule = matrix().endpoints[endpoint].get(name)
+    return rule is not None and decide(rule, engine, capabilities) == "honoured"
+
+
 def _refuse(location: str, verdict: str, endpoint: str, engine: str) -> FieldNotHonoured:
     where = {
         "chat": "on chat completions",

@@ -42,6 +42,7 @@ class GenerationRequest:
     seed: int | None
     steering: SteeringAsk = field(default_factory=SteeringAsk)
     scoring: ScoringAsk | None = None
+    top_k: int = 0  # the config's `top-k` (no request field sets it): 0 is off
 
 
 def _value(raw: Any) -> Any:
@@ -110,22 +111,39 @@ def _or(value: float | None, default: float) -> float:
     return float(default if value is None else value)
 
 
-def _message(message: v1.ChatMessage) -> dict[str, Any]:
+def _message(message: v1.ChatMessage, where: str) -> dict[str, Any]:
     """The parts of a message the template sees (the rest is reported by the policy).
 
+    Content is a string or text parts (LOC-CHAT-05/06); any other part (an
+    image, audio, a file) is refused naming it, never dropped (LOC-CHAT-08).
     A history call's `arguments` reaches the template as an object: the JSON
     string OpenAI clients send is parsed (templates write it with `tojson`);
     a string that is not a JSON object is left as it is (OAI-TOOLS-18).
     """
     content = _value(message.content)
     if isinstance(content, list):
-        content = "".join(part.text or "" for part in content if part.type == "text")
+        content = "".join(
+            _part_text(part, f"{where}.content[{j}]") for j, part in enumerate(content)
+        )
     out: dict[str, Any] = {"role": message.role, "content": content}
     if message.tool_calls:
         out["tool_calls"] = [_history_call(call) for call in message.tool_calls]
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    if message.reasoning_content is not None:  # LOC-CHAT-10
+        out["reasoning_content"] = message.reasoning_content
     return out
+
+
+def _part_text(part: v1.ContentPart, where: str) -> str:
+    if part.type != "text":
+        raise InvalidParameter(
+            f"{where}.type",
+            f"Content parts of type `{part.type}` are not supported: this server reads text "
+            'parts (`{"type": "text", "text": ...}`) only, and refuses any other rather '
+            "than drop it.",
+        )
+    return part.text or ""
 
 
 def _history_call(call: v1.ToolCallHistory) -> dict[str, Any]:
@@ -144,7 +162,11 @@ def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:
     """A chat completion request: `messages`, then each `extra_messages` row, one prompt each."""
     kwargs = dict(req.chat_template_kwargs or {})
     rows = [req.messages, *(req.extra_messages or ())]
-    prompts = tuple(ChatPrompt(tuple(_message(m) for m in _value(row)), kwargs) for row in rows)
+    names = ["messages", *(f"extra_messages[{k}]" for k in range(len(rows) - 1))]
+    prompts = tuple(
+        ChatPrompt(tuple(_message(m, f"{name}[{i}]") for i, m in enumerate(_value(row))), kwargs)
+        for name, row in zip(names, rows, strict=True)
+    )
     if len(prompts) > 1 and req.stream:
         raise InvalidParameter(
             "extra_messages", "extra_messages (batched chat) cannot be combined with stream: true."

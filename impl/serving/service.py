@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,10 +30,12 @@ from ..steering.live import LiveSteering
 from ..steering.request import Resolution, resolve
 from ..steering.source import RequestSource
 from . import shapes
+from .defaults import RequestDefaults
 from .events import EventBus
 from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
 from .plan import Plan, Tally, job, prepare, unless_halted, without_unused
-from .policy import report_unused, review
+from .policy import honours, report_unused, review
+from .replies import Piece
 from .requests import GenerationRequest, TextPrompt
 from .response_format import check_combination, output_format
 from .scheduler import Scheduler, Ticket
@@ -48,7 +50,8 @@ from .scoring import (
 from .session import Session
 from .slots import slot_with_model
 from .telemetry import Meter
-from .tools import tool_ask, wire_calls
+from .thinking import settle, with_thinking
+from .tools import tool_ask
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,9 @@ class CompletionService:
         live: LiveSteering,
         session: Session,
         bus: EventBus,
+        defaults: Callable[[], RequestDefaults] = RequestDefaults,
     ) -> None:
+        self._defaults = defaults  # the config's, read per request
         self._session = session
         self._bus = bus
         self._settings = settings
@@ -126,13 +131,13 @@ class CompletionService:
             )
         if req.scoring is not None:
             ignored.extend(unused_fields(raw))
+        if req.endpoint == "chat" and honours("chat", "think", entry.engine, capabilities):
+            constrained = output is not None or (tools is not None and tools.forced)
+            req = self._thinking(req, raw, ignored, constrained)
         headers = {
             hdr.MODEL: entry.model_id,
             **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
         }
-        if req.seed is not None and req.scoring is None:
-            batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
-            headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
         if req.scoring is not None:
             check_mode(
                 raw,
@@ -147,12 +152,31 @@ class CompletionService:
         if req.steering.intensity is not None and echo is not None:
             headers[hdr.STEERING_INTENSITY] = repr(float(echo))
         self._manager.refuse_if_busy()
+        req = self._defaults().apply(req, raw, seeds="seed" in capabilities)
+        if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
+            batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
+            headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
         plan = Plan(without_unused(req, ignored), entry, output=output, tool_ask=tools)
         if output is not None:
             headers[hdr.CONSTRAINED] = output.header()
         if req.stream:
             return await self._stream(plan, headers)
         return await self._reply(plan, headers)
+
+    # -- thinking ----------------------------------------------------------------
+
+    def _think_default(self) -> bool:
+        """The server's default for thinking (LOC-CHAT-32): the config's `think` parameter."""
+        return self._defaults().think
+
+    def _thinking(
+        self, req: GenerationRequest, raw: Mapping[str, Any], ignored: list[str], constrained: bool
+    ) -> GenerationRequest:
+        """`req` rendered with thinking on or off (LOC-CHAT-29..32); fields that had no
+        effect join `ignored`."""
+        enabled, unused = settle(raw, self._think_default(), constrained=constrained)
+        ignored.extend(unused)
+        return with_thinking(req, enabled)
 
     # -- steering ----------------------------------------------------------------
 
@@ -184,7 +208,7 @@ class CompletionService:
                     "messages",
                 )
             check_vocabulary(ask, engine.facts.vocab_size)
-            await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
+            await prepare(plan, engine, self._manager, self._defaults())
             loop = asyncio.get_running_loop()
             choices = await loop.run_in_executor(self._executor, self._scored, plan, engine, ask)
         finally:
@@ -232,7 +256,7 @@ class CompletionService:
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
         ticket, engine = await self._slot_with_model(plan.entry)
         try:
-            await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
+            await prepare(plan, engine, self._manager, self._defaults())
             self._start_steering(plan, engine)
             with self._generating():
                 choices, tally = await self._generate_all(plan, engine, ticket)
@@ -296,7 +320,7 @@ class CompletionService:
         else:
             ticket = self._scheduler.enter()
         try:
-            await prepare(plan, engine, self._manager, self._settings.default_max_tokens)
+            await prepare(plan, engine, self._manager, self._defaults())
         except BaseException:
             self._scheduler.leave(ticket)
             raise
@@ -336,28 +360,30 @@ class CompletionService:
         if endpoint == "chat":
             yield env.chunk([shapes.delta(endpoint, i, "", None, role=True)])
         work = job(plan, i, engine.new_rng(plan.request.seed), ticket, self._meter(plan, i))
-        held = None if plan.tools is None else plan.tools.buffer()
+        reply = plan.reply_stream(i)
         async for event in stream_choice(engine, work, self._executor):
             if isinstance(event, TextDelta):
-                text = event.text if held is None else held.push(event.text)
-                if text:
-                    yield env.chunk([shapes.delta(endpoint, i, text, None)])
+                if piece := reply.push(event.text):
+                    yield env.chunk([_delta(endpoint, i, piece)])
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
                 unless_halted(event)
                 reason = event.finish_reason
-                if plan.tools is not None and held is not None:
-                    parsed = plan.tools.parse(held.text)
-                    if parsed is not None:  # the calls whole, in one delta (OAI-TOOLS-06)
-                        calls = wire_calls(parsed.calls)
-                        yield env.chunk([shapes.delta(endpoint, i, None, None, calls=calls)])
-                        reason = "tool_calls"
-                    elif rest := held.rest():
-                        yield env.chunk([shapes.delta(endpoint, i, rest, None)])
+                piece, calls = reply.finish()
+                if piece:
+                    yield env.chunk([_delta(endpoint, i, piece)])
+                if calls:  # the calls whole, in one delta (OAI-TOOLS-06)
+                    yield env.chunk([shapes.delta(endpoint, i, None, None, calls=calls)])
+                    reason = "tool_calls"
                 usage = shapes.usage(
                     len(plan.prompt_ids[i]), event.completion_tokens, event.cached_tokens
                 )
                 yield env.chunk([shapes.delta(endpoint, i, None, reason)], usage=usage)
                 yield event
                 return
+
+
+def _delta(endpoint: str, i: int, piece: Piece) -> dict[str, Any]:
+    """A chunk's choice for `piece`: its content and its reasoning (LOC-CHAT-57)."""
+    return shapes.delta(endpoint, i, piece.content or None, None, reasoning=piece.reasoning or None)

@@ -17,10 +17,10 @@ from importlib import metadata
 from typing import Any
 
 import psutil
-import torch
 
 from ..http.errors import ApiError
 from ..models.listing import architecture
+from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from .events import EventBus
@@ -39,9 +39,15 @@ def version() -> str:
 
 class Session:
     def __init__(
-        self, manager: ModelManager, scheduler: Scheduler, bus: EventBus, launch_id: str | None
+        self,
+        manager: ModelManager,
+        scheduler: Scheduler,
+        bus: EventBus,
+        launch_id: str | None,
+        locator: ModelLocator,
     ) -> None:
         self._manager = manager
+        self.locator = locator
         self._scheduler = scheduler
         self._bus = bus
         self._launch_id = launch_id
@@ -78,8 +84,7 @@ class Session:
         if resident is None:
             return None
         entry, engine = resident
-        threads = torch.get_num_threads() if entry.engine == "transformers" else 0
-        threads = threads or (os.cpu_count() or 1)
+        threads = engine.facts.threads or (os.cpu_count() or 1)
         return {
             "id": entry.model_id,
             "path": str(entry.path),
@@ -97,12 +102,13 @@ class Session:
 
     # -- load and unload -----------------------------------------------------------
 
-    def target(self, model: str | None) -> ModelEntry:
-        """The entry a load names (the launch model when none): refusals before the 202."""
-        model_id = model or self._launch_id
-        if model_id is None:
+    def target(self, model: str | None, *, peer_local: bool, engine: str = "auto") -> ModelEntry:
+        """The entry a load names (the launch model when none): refusals before the 202,
+        a path outside the model folders among them (LOC-SEC-61)."""
+        name = model or self._launch_id
+        if name is None:
             raise ApiError("no_model", "No model is configured; name one in `model`.", "model")
-        entry = self._manager.entry(model_id)
+        entry = self.locator.find(name, peer_local=peer_local, engine=engine)
         self._manager.check_loadable(entry)
         return entry
 

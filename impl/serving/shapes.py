@@ -79,9 +79,13 @@ def delta(
     finish_reason: str | None,
     role: bool = False,
     calls: list[dict[str, Any]] | None = None,
+    reasoning: str | None = None,
 ) -> dict[str, Any]:
+    """One choice's chunk; a chat delta carries `reasoning_content` when given (LOC-CHAT-57)."""
     if endpoint == "chat":
         d: dict[str, Any] = {"role": "assistant"} if role else {}
+        if reasoning is not None:
+            d["reasoning_content"] = reasoning
         if text is not None:
             d["content"] = text
         if calls:

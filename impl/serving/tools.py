@@ -35,6 +35,11 @@ class ToolAsk:
     limit: int | None = None  # 1 when parallel_tool_calls is false (OAI-TOOLS-17)
 
     @property
+    def forced(self) -> bool:
+        """A call is required: the reply opens with one (OAI-TOOLS-14, -15)."""
+        return self.choice in {"required", "function"}
+
+    @property
     def names(self) -> frozenset[str]:
         return frozenset(str(t["function"]["name"]) for t in self.tools)
 
@@ -115,7 +120,7 @@ def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
             "by this model: its chat template writes calls in a format this server does not "
             "recognise (it reads LFM2, Hermes/Qwen2.5 and Llama 3 calls)",
         )
-    if ask.choice not in {"required", "function"}:
+    if not ask.forced:
         return ToolPlan(ask, call_format, "")
     forced = call_format.forced(ask.parameters, ask.name)
     constraint = None if forced is None else Constraint(json.dumps(forced), "call")

@@ -95,7 +95,7 @@ def test_the_table_has_the_rows_the_api_names(client: TestClient) -> None:
         assert key in rows
     for key in ("batch-size", "n-gpu-layers", "dtype", "device", "mmap", "mlock"):
         assert key in rows
-    assert rows["chat-template"]["default"] is True
+    assert "chat-template" not in rows  # chats always use the model's template
     assert rows["decide"]["default"] is True
     assert rows["ctx-size"]["default"] == "auto"
     assert {c["value"] for c in rows["engine"]["choices"]} == {"auto", "transformers", "llama.cpp"}
@@ -118,6 +118,7 @@ def test_the_config_has_its_shape(client: TestClient, settings: Settings) -> Non
     assert set(config) == {
         "values",
         "user_keys",
+        "operator_keys",
         "args",
         "valid",
         "error",
@@ -330,3 +331,46 @@ def test_reload_required_follows_the_loaded_session(tmp_path: Path) -> None:
     manager.resident = (object(), object())  # loaded again, with the new values
     manager.on_change()
     assert service.view()["reload_required"] is False
+
+
+# -- launch flags and the CLI (open point 31, LOC-PARAMS-02) --------------------------------
+
+
+def test_launch_flags_are_operator_keys_never_persisted(tmp_path: Path) -> None:
+    """REQ-003 open point 31, LOC-CONC-12: --threads and --default-max-tokens are the server's
+    defaults, listed in `operator_keys`, below the user's values, and never saved."""
+    settings = Settings(
+        data_dir=tmp_path / "data", cache_dir=tmp_path / "cache", threads=3, default_max_tokens=99
+    )
+    with LocalClient(Server(settings, preload=False)) as client:
+        config = client.get("/api/config").json()
+        assert set(config["operator_keys"]) >= {"threads", "n-predict", "data-dir"}
+        assert "model" not in config["operator_keys"] and config["user_keys"] == []
+        assert (config["values"]["threads"], config["values"]["n-predict"]) == (3, 99)
+        changed = put(client, {"values": {"n-predict": 7}})
+        assert changed["values"]["n-predict"] == 7 and changed["user_keys"] == ["n-predict"]
+    saved = json.loads((settings.data_dir / SETTINGS_FILE).read_text())
+    assert saved["values"] == {"n-predict": 7}
+
+
+def test_describe_params_prints_the_served_table(client: TestClient) -> None:
+    """LOC-PARAMS-02: `miserver serve --describe-params` prints the same array as
+    GET /api/params, `default` aside (the CLI's are the table's own)."""
+    import subprocess
+    import sys
+
+    printed = subprocess.run(
+        [sys.executable, "-m", "miserver.cli", "serve", "--describe-params"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    cli = json.loads(printed.stdout)
+    served = client.get("/api/params").json()
+
+    def without_default(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in row.items() if k != "default"} for row in rows]
+
+    assert without_default(cli) == without_default(served)
+    assert {row["key"]: row["default"] for row in cli}["model"] == ""

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from miserver.engines import gguf
-from miserver.engines.base import ChatPrompt, Prefilled, PromptError, SamplingParams, Token
+from miserver.engines.base import (
+    ChatPrompt,
+    LoadOptions,
+    Prefilled,
+    PromptError,
+    SamplingParams,
+    Token,
+)
 from miserver.engines.llamacpp import CAPABILITIES, LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.llamacpp import chat as llama_chat
 from miserver.engines.llamacpp.sampling import Penalties
@@ -55,10 +62,11 @@ def smollm2_gguf() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def load(**kwargs: Any) -> LlamaCppEngine:
+def load(ctx_size: int = 0, **kwargs: Any) -> LlamaCppEngine:
     """SmolLM2 on one thread: a tiny model decodes about as fast on one as on two, and
     one thread does not stall when a shared CPU is busy (threads waiting on each other)."""
-    return load_llamacpp_engine(smollm2_gguf(), model_id="smollm2:Q4_1", threads=1, **kwargs)
+    options = LoadOptions(threads=1, ctx_size=ctx_size)
+    return load_llamacpp_engine(smollm2_gguf(), model_id="smollm2:Q4_1", options=options, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +403,7 @@ def test_stream_text_with_stops(engine: LlamaCppEngine) -> None:
 
 def test_generation_stays_within_the_window() -> None:
     """OAI-CHAT-18: generation never outgrows n_ctx; a prompt past it is refused."""
-    small = load(n_ctx=256)  # llama.cpp rounds n_ctx up to a multiple of 256
+    small = load(ctx_size=256)  # llama.cpp rounds n_ctx up to a multiple of 256
     try:
         assert small.facts.context_length == small.context.window == 256
         ids = render(small, [{"role": "user", "content": "Repeat after me: " + "la " * 200}])

@@ -12,8 +12,6 @@ import contextlib
 import hmac
 import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from miserver.app import Server
 from miserver.http.security import BODY_CAP, SECURITY_HEADERS
 from miserver.settings import Settings
-from tests.conftest import JSON, cache_dir
+from tests.conftest import JSON, cache_dir, uvicorn_serving
 from tests.e2e.conftest import free_port, serve_command
 from tests.integration.test_refusals import error_of
 
@@ -38,7 +35,7 @@ START_TIMEOUT_S = 20.0
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """A server answering on `url` (http://127.0.0.1:PORT), and its app."""
+    """A server answering on `url` (http://ADDRESS:PORT), and its app."""
 
     url: str
     port: int
@@ -49,30 +46,16 @@ class Running:
 
 
 @contextlib.contextmanager
-def serving(settings: Settings) -> Iterator[Running]:
-    """`Server(settings, preload=False)` under uvicorn on a loopback socket, until the block ends.
+def serving(settings: Settings, address: str = "127.0.0.1") -> Iterator[Running]:
+    """`Server(settings, preload=False)` under uvicorn on a socket bound to `address`
+    (loopback by default), until the block ends.
 
     The socket is bound here, so `settings.host` may say what the security
     model should assume (a network bind) while the test stays on loopback.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     app = Server(settings, preload=False)
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", proxy_headers=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        yield Running(f"http://127.0.0.1:{port}", port, app)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=START_TIMEOUT_S)
-        sock.close()
+    with uvicorn_serving(app, address, START_TIMEOUT_S) as port:
+        yield Running(f"http://{address}:{port}", port, app)
 
 
 def settings_in(folder: Path, **changes: Any) -> Settings:

@@ -36,8 +36,6 @@ from ..chatmessages import (
     tokenize_with_one_bos,
 )
 
-_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
 Tokenize = Callable[[str, bool], list[int]]
 """`tokenize(text, add_special_tokens)`, as the engine does it."""
 
@@ -112,14 +110,6 @@ def compile_template(source: str) -> Template:
     return env.from_string(source)
 
 
-def _with_reasoning_aliases(message: dict[str, Any]) -> dict[str, Any]:
-    """The reasoning under every name templates read, as transformers passes it."""
-    reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
-    if reasoning is None:
-        return message
-    return {"thinking": reasoning, **message, "reasoning_content": reasoning}
-
-
 def render_text(template: ChatTemplate, prompt: ChatPrompt) -> str:
     """The chat rendered as text, ready for the assistant's next tokens."""
     messages, partial = split_partial(prompt.messages)
@@ -133,7 +123,7 @@ def render_text(template: ChatTemplate, prompt: ChatPrompt) -> str:
         compiled = compile_template(template.source or FALLBACK_TEMPLATE)
         rendered = compiled.render(
             **variables,
-            messages=[_with_reasoning_aliases(m) for m in messages],
+            messages=messages,
             add_generation_prompt=True,
         )
     except TemplateError as exc:  # a syntax error, or the template's raise_exception

@@ -8,7 +8,7 @@ from pathlib import Path
 import llama_cpp
 
 from .. import gguf
-from ..base import ModelFacts
+from ..base import DEFAULT_LOAD, LoadOptions, ModelFacts
 from .chat import ChatTemplate
 from .engine import LlamaCppEngine
 
@@ -22,29 +22,37 @@ _METADATA_TOKENS = {
 }
 
 
+LLAMA_DEFAULT_BATCH = 512  # llama-cpp-python's own n_batch
+
+
 def load_llamacpp_engine(
     path: Path,
     *,
     model_id: str,
-    threads: int = 0,
-    n_ctx: int = 0,
+    options: LoadOptions = DEFAULT_LOAD,
     owned_by: str = "local",
     embeddings: bool = True,
 ) -> LlamaCppEngine:
     """Load the GGUF file at `path` on llama.cpp (CPU).
 
-    `n_ctx` 0 uses the context length the file was trained with; `threads` 0
-    keeps llama-cpp-python's defaults, else it is the thread count for both
-    prefill and decode. A file that is not GGUF raises `gguf.NotGGUF`, one
-    llama.cpp cannot load raises its `ValueError`.
+    `options.ctx_size` 0 uses the context length the file was trained with
+    (a larger one is cut to it); `threads` 0 keeps llama-cpp-python's default,
+    else it is the thread count for both prefill and decode; `batch_size` 0
+    keeps its n_batch; `mmap`, `mlock` as llama.cpp's. `dtype` is transformers'
+    and changes nothing here. A file that is not GGUF raises `gguf.NotGGUF`,
+    one llama.cpp cannot load raises its `ValueError`.
     """
     header = gguf.facts(path)
     logger.info("loading %s from %s on llama.cpp", model_id, path)
+    n_ctx = min(options.ctx_size, header.context_length) or header.context_length
     llama = llama_cpp.Llama(
         model_path=str(path),
-        n_ctx=n_ctx or header.context_length,
-        n_threads=threads or None,
-        n_threads_batch=threads or None,
+        n_ctx=n_ctx,
+        n_threads=options.threads or None,
+        n_threads_batch=options.threads or None,
+        use_mmap=options.mmap,
+        use_mlock=options.mlock,
+        n_batch=options.batch_size or LLAMA_DEFAULT_BATCH,
         logits_all=False,
         verbose=False,
         pooling_type=(
@@ -63,6 +71,7 @@ def load_llamacpp_engine(
         revision=gguf.fingerprint(path)[:8],
         owned_by=owned_by,
         has_chat_template=header.chat_template is not None,
+        threads=int(llama.n_threads),
     )
     logger.info(
         "loaded %s (%s@%s, n_ctx %d)",

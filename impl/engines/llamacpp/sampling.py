@@ -2,9 +2,10 @@
 
 The chain holds only what the request asks for, so none of llama.cpp's
 defaults (top_k 40, min_p 0.05, repeat_penalty 1.1 in some front ends)
-alters sampling: `greedy` at temperature 0, else `temp`, then `top_p` (when
-below 1), then `dist`. Temperature comes before top_p, as in the transformers
-engine (`..transformers.sampling`), so both engines cut the same nucleus.
+alters sampling: `greedy` at temperature 0, else `top_k` (when the config's
+`top-k` is above 0), `temp`, then `top_p` (when below 1), then `dist`.
+Temperature comes before top_p, as in the transformers engine
+(`..transformers.sampling`), so both engines cut the same nucleus.
 
 OpenAI's `frequency_penalty` (f) and `presence_penalty` (p) are mapped to the
 same multiplicative repetition penalty as the transformers engine
@@ -41,11 +42,13 @@ def new_rng(seed: int | None) -> Rng | None:
 
 
 def sampler_chain(params: SamplingParams) -> _internals.LlamaSampler:
-    """llama.cpp's sampler chain for `params`: greedy, or temp -> top_p -> dist."""
+    """llama.cpp's sampler chain for `params`: greedy, or [top_k ->] temp -> top_p -> dist."""
     chain = _internals.LlamaSampler()  # type: ignore[no-untyped-call]
     if params.temperature == 0:
         chain.add_greedy()  # type: ignore[no-untyped-call]
         return chain
+    if params.top_k > 0:
+        chain.add_top_k(params.top_k)
     chain.add_temp(params.temperature)
     if params.top_p < 1:
         chain.add_top_p(params.top_p, 1)

@@ -95,7 +95,13 @@ def decode(
                     logits = counts.penalize(logits, params)
                 if guide is not None:
                     logits = guide.mask(logits)
-                token_id = pick(logits, temperature=params.temperature, top_p=params.top_p, rng=rng)
+                token_id = pick(
+                    logits,
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    rng=rng,
+                    top_k=params.top_k,
+                )
             if guide is not None:
                 guide.advance(token_id)
             eos = token_id in settings.eos_ids

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from ..base import ModelFacts
+from ..base import DEFAULT_LOAD, LoadOptions, ModelFacts
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
@@ -36,24 +37,31 @@ def load_transformers_engine(
     cache_dir: Path,
     progress: Callable[[str], None] | None = None,
     owned_by: str = "local",
-    threads: int = 0,
+    options: LoadOptions = DEFAULT_LOAD,
     float32: Float32Settings | None = None,
     encoder: bool = False,
 ) -> TransformersEngine:
     """Load the model at `path` (HF folder or `.gguf` file) on CPU.
 
-    `threads` > 0 sets torch's (process-wide) thread count for forward passes.
+    `options.threads` > 0 sets torch's (process-wide) thread count for forward
+    passes; `options.dtype` other than auto casts the weights; `options.ctx_size`
+    > 0 shortens the context the server serves (never past the model's own).
+    `batch_size`, `mmap` and `mlock` are llama.cpp's and change nothing here.
     """
     report = _reporter(progress)
-    if threads > 0:
-        torch.set_num_threads(threads)
+    if options.threads > 0:
+        torch.set_num_threads(options.threads)
     folder = path
     if path.is_file() and path.suffix == ".gguf":
         folder = cached_hf_folder(path, cache_dir, report)
     report(f"loading {model_id} from {folder}")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = (AutoModel if encoder else AutoModelForCausalLM).from_pretrained(folder)
+    typed = {} if options.dtype == "auto" else {"dtype": getattr(torch, options.dtype)}
+    model = (AutoModel if encoder else AutoModelForCausalLM).from_pretrained(folder, **typed)
     facts = model_facts(model, tokenizer, folder, model_id=model_id, owned_by=owned_by)
+    facts = replace(facts, threads=torch.get_num_threads())
+    if 0 < options.ctx_size < facts.context_length:
+        facts = replace(facts, context_length=options.ctx_size)
     report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
     capabilities = ENCODER_CAPABILITIES if encoder else CAPABILITIES
     return TransformersEngine(

@@ -1,7 +1,8 @@
 """Picking the next token from a row of logits: pure torch functions.
 
 The order is: repetition penalty, then temperature (0 means greedy argmax),
-then top_p nucleus filtering, then a draw from the request's generator.
+then top_k (the config's `top-k`; 0 is off), then top_p nucleus filtering,
+then a draw from the request's generator.
 
 OpenAI's `frequency_penalty` (f) and `presence_penalty` (p), both in
 [-2, 2], are mapped to Hugging Face's multiplicative repetition penalty
@@ -65,17 +66,26 @@ def nucleus(logits: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Ten
     return probs[:keep], ids[:keep]
 
 
+def keep_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """`logits` with every token outside the `top_k` most likely at -inf (0: unchanged)."""
+    if top_k <= 0 or top_k >= logits.shape[-1]:
+        return logits
+    threshold = torch.topk(logits, top_k).values[-1]
+    return logits.masked_fill(logits < threshold, float("-inf"))
+
+
 def pick(
     logits: torch.Tensor,
     *,
     temperature: float,
     top_p: float,
     rng: torch.Generator | None,
+    top_k: int = 0,
 ) -> int:
     """The next token id: argmax at temperature 0, else a seeded draw."""
     if temperature == 0:
         return int(torch.argmax(logits))
-    scaled = logits / temperature
+    scaled = keep_top_k(logits, top_k) / temperature
     if top_p >= 1:
         probs = torch.softmax(scaled, dim=-1)
         return int(torch.multinomial(probs, 1, generator=rng))

@@ -1,0 +1,100 @@
+"""Thinking on or off for one chat request (LOC-CHAT-29..32, REQ-003 open point 17).
+
+Most specific first: the request's own `think`, then
+`chat_template_kwargs.enable_thinking`, then `reasoning_effort` (`"none"`
+turns thinking off, any other value on), then the server's default (the
+`think` parameter). The answer reaches the chat template as
+`enable_thinking`, beside whatever else the request put in
+`chat_template_kwargs`; a template that reads no such variable is unchanged.
+
+A reply held to a grammar from its first token (a JSON `response_format`, a
+forced tool call) is rendered with thinking off: reasoning is never
+constrained (LOC-CHAT-40), and a constrained reply has no room for it.
+
+A field that had no effect is reported as unused (X-miLLM-Ignored-Fields;
+refused in strict mode): one a more specific field overrode, and under a
+constraint the one that asked for thinking. Where the field matrix does not
+honour `think` (GGUF, as `chat_template_kwargs`: OAI-GGUF-10) nothing here
+runs: the policy reports the fields and the template renders as it would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..engines.base import ChatPrompt
+from ..http.errors import InvalidParameter
+from .requests import GenerationRequest
+
+KEY = "enable_thinking"
+KWARG = f"chat_template_kwargs.{KEY}"
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """Whether the chat is rendered thinking, and the request field that decided it
+    (None: the server's default)."""
+
+    enabled: bool
+    source: str | None = None
+
+
+def resolve(
+    think: bool | None,
+    enable_thinking: bool | None,
+    reasoning_effort: str | None,
+    think_default: bool,
+) -> Thinking:
+    """The precedence itself: the first of the request's three that is set, else the default."""
+    if think is not None:
+        return Thinking(think, "think")
+    if enable_thinking is not None:
+        return Thinking(enable_thinking, KWARG)
+    if reasoning_effort is not None:
+        return Thinking(reasoning_effort != "none", "reasoning_effort")
+    return Thinking(think_default)
+
+
+def _asked(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's three fields, most specific first, by location; null ones left out."""
+    kwargs = body.get("chat_template_kwargs") or {}
+    enable = kwargs.get(KEY)
+    if enable is not None and not isinstance(enable, bool):
+        raise InvalidParameter(KWARG, f"{KWARG} must be a boolean (or absent).")
+    sent = {
+        "think": body.get("think"),
+        KWARG: enable,
+        "reasoning_effort": body.get("reasoning_effort"),
+    }
+    return {where: value for where, value in sent.items() if value is not None}
+
+
+def settle(
+    body: Mapping[str, Any], think_default: bool, *, constrained: bool
+) -> tuple[bool, list[str]]:
+    """Whether a chat body renders thinking, and the fields of it that had no effect.
+
+    A field a more specific one overrode had none; under a constraint
+    thinking is off, so the field that asked for it had none either.
+    """
+    sent = _asked(body)
+    decided = resolve(
+        sent.get("think"), sent.get(KWARG), sent.get("reasoning_effort"), think_default
+    )
+    unused = [where for where in sent if where != decided.source]
+    if constrained and decided.enabled:
+        return False, [*unused, *([] if decided.source is None else [decided.source])]
+    return decided.enabled, unused
+
+
+def with_thinking(req: GenerationRequest, enabled: bool) -> GenerationRequest:
+    """`req` whose chat prompts render with `enable_thinking` set to `enabled`."""
+    prompts = tuple(
+        replace(p, template_kwargs={**p.template_kwargs, KEY: enabled})
+        if isinstance(p, ChatPrompt)
+        else p
+        for p in req.prompts
+    )
+    return replace(req, prompts=prompts)

@@ -1,0 +1,77 @@
+"""Reasoning content through the official `openai` SDK, unchanged, against `miserver serve`.
+
+The server serves SmolLM2 under the Qwen3-style test template (the models
+directory of tests/integration/test_reasoning.py): with thinking on the
+generation prompt opens a `<think>` span, and the few-shot history there makes
+the greedy model close it and answer. The SDK has no `reasoning_content`
+field: it keeps unknown fields, readable as attributes and in `model_extra`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from tests.conftest import cache_dir
+from tests.e2e.conftest import live_server
+from tests.integration.test_reasoning import QWEN3, capitals
+from tests.integration.test_tools import SOURCE, TEMPLATES, link_model
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    """The SDK against a server whose launch model is SmolLM2 with the Qwen3-style template."""
+    if not (cache_dir() / SOURCE / "config.json").is_file():
+        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
+    models = tmp_path_factory.mktemp("e2e-reasoning-models")
+    link_model(models, QWEN3, (TEMPLATES / "qwen3.jinja").read_text("utf-8"))
+    env = {"MISERVER_MODELS_DIR": str(models)}
+    with (
+        live_server(Path(tmp_path_factory.mktemp("e2e-reasoning")), env, model=QWEN3) as server,
+        OpenAI(base_url=server.base_url, api_key="not-needed", max_retries=0, timeout=60.0) as sdk,
+    ):
+        yield sdk
+
+
+def ask(**extra: Any) -> dict[str, Any]:
+    return {"model": QWEN3, "messages": capitals(), "max_tokens": 60, "temperature": 0, **extra}
+
+
+def test_sdk_reads_reasoning_content(sdk: OpenAI) -> None:
+    """LOC-CHAT-68, LOC-CHAT-29, LOC-CHAT-31: `reasoning_effort` (an SDK argument) turns
+    thinking on; `message.reasoning_content` is readable, the answer alone in `content`."""
+    reply = sdk.chat.completions.create(**ask(), reasoning_effort="low")
+    message = reply.choices[0].message
+    reasoning = getattr(message, "reasoning_content", None)
+    assert isinstance(reasoning, str) and reasoning
+    assert message.model_extra is not None
+    assert message.model_extra["reasoning_content"] == reasoning
+    assert message.content and "</think>" not in message.content
+    with_think = sdk.chat.completions.create(**ask(), extra_body={"think": True})
+    assert with_think.choices[0].message.model_extra == message.model_extra
+    off = sdk.chat.completions.create(**ask(max_tokens=12), extra_body={"think": False})
+    assert getattr(off.choices[0].message, "reasoning_content", "absent") is None
+
+
+def test_sdk_accumulates_streamed_reasoning(sdk: OpenAI) -> None:
+    """LOC-CHAT-57: `delta.reasoning_content` chunks, then `delta.content` chunks; joined,
+    the non-streamed message."""
+    whole = sdk.chat.completions.create(**ask(), extra_body={"think": True}).choices[0].message
+    reasoning, content = "", ""
+    for chunk in sdk.chat.completions.create(**ask(), extra_body={"think": True}, stream=True):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        piece = getattr(delta, "reasoning_content", None)
+        if piece:
+            assert not content, "reasoning after the answer began"
+            reasoning += piece
+        content += delta.content or ""
+    assert reasoning == getattr(whole, "reasoning_content", None)
+    assert content == whole.content
