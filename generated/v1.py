@@ -91,28 +91,10 @@ class InlineSteering(BaseModel):
     features: list[SteeringFeature]
 
 
-class JsonSchema(BaseModel):
+class JsonObject(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    name: Annotated[
-        str,
-        Field(
-            description="As OpenAI's, 1-64 letters, digits, `_` or `-`.",
-            pattern="^[a-zA-Z0-9_-]{1,64}$",
-        ),
-    ]
-    description: str | None = None
-    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
-    strict: bool | None = None
-
-
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchema | None = None
 
 
 class Function1(BaseModel):
@@ -133,38 +115,11 @@ class Tool(BaseModel):
     function: Function1
 
 
-class Function2(BaseModel):
+class FunctionName(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
     name: str
-
-
-class ToolChoice1(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    type: Literal["function"]
-    function: Function2
-
-
-class Positions(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    start: Annotated[int, Field(ge=0)]
-    end: Annotated[int, Field(ge=0)]
-
-
-class SaeActivationsRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    sae_id: str | None = None
-    features: list[int] | None = None
-    top_k: Annotated[int | None, Field(ge=1)] = None
-    positions: Literal["last", "prompt", "completion", "all"] | Positions | None = None
-    read_point: Literal["post_steering", "pre_steering"] | None = None
 
 
 class EmbeddingRequest(BaseModel):
@@ -242,64 +197,6 @@ class Prompt(RootModel[list[str]]):
     root: Annotated[list[str], Field(min_length=1)]
 
 
-class CompletionRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    model: Annotated[
-        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
-    ]
-    prompt: str | Prompt
-    stream: bool | None = None
-    stream_options: StreamOptions | None = None
-    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
-    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    n: Annotated[int | None, Field(ge=1, le=128)] = None
-    best_of: Annotated[int | None, Field(ge=1)] = None
-    echo: bool | None = None
-    suffix: str | None = None
-    max_tokens: Annotated[
-        int | None,
-        Field(
-            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
-            ge=0,
-        ),
-    ] = None
-    max_completion_tokens: Annotated[
-        int | None,
-        Field(
-            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
-            ge=0,
-        ),
-    ] = None
-    seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
-    stop: str | Stop1 | None = None
-    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    add_special_tokens: bool | None = None
-    logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
-    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
-    allowed_token_ids: list[int] | None = None
-    return_tokens_as_token_ids: bool | None = None
-    response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | ToolChoice1 | None = None
-    parallel_tool_calls: bool | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
-    profile: str | None = None
-    steering_intensity: Annotated[
-        SteeringIntensity1 | Literal["off", "min", "max"] | None,
-        Field(description="A dial λ in 0–2, or `off`, `min`, `max`."),
-    ] = None
-    steering: InlineSteering | None = None
-    scoring_precision: Literal["native", "float32"] | None = None
-    return_sae_activations: SaeActivationsRequest | None = None
-    dimensions: int | None = None
-    pooling: str | None = None
-    normalize: bool | None = None
-
-
 class PromptTokensDetails(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -334,6 +231,14 @@ class AssistantMessage(BaseModel):
     ] = None
 
 
+class PositionRange(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    start: Annotated[int, Field(ge=0)]
+    end: Annotated[int, Field(ge=0)]
+
+
 class Byte(RootModel[int]):
     root: Annotated[int, Field(ge=0, le=255)]
 
@@ -354,56 +259,15 @@ class TokenLogprob(BaseModel):
     ]
 
 
-class ContentItem(TokenLogprob):
+class ChatTokenLogprob(TokenLogprob):
     model_config = ConfigDict(
         extra="allow",
     )
     top_logprobs: list[TokenLogprob]
 
 
-class ChatLogprobs(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    content: list[ContentItem]
-    refusal: str | None = None
-
-
 class TextOffsetItem(RootModel[int]):
     root: Annotated[int, Field(ge=0)]
-
-
-class CompletionLogprobs(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
-    text_offset: list[TextOffsetItem]
-
-
-class ChatChoice(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    index: Annotated[int, Field(ge=0)]
-    message: AssistantMessage
-    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"]
-    logprobs: ChatLogprobs | None = None
-
-
-class ChatCompletion(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    id: Annotated[str, Field(pattern="^chatcmpl-")]
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    system_fingerprint: str
-    choices: list[ChatChoice]
-    usage: Usage1
 
 
 class ChunkDelta(BaseModel):
@@ -440,48 +304,6 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChatChunkChoice]
-    usage: Usage1 | None = None
-    millm_steering: str | None = None
-
-
-class CompletionChoice(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    index: Annotated[int, Field(ge=0)]
-    text: str
-    finish_reason: Annotated[Literal["stop", "length"] | None, Field(...)]
-    logprobs: CompletionLogprobs | None = None
-
-
-class Completion(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    id: Annotated[str, Field(pattern="^cmpl-")]
-    object: Literal["text_completion"]
-    created: int
-    model: str
-    system_fingerprint: str
-    choices: list[CompletionChoice]
-    usage: Usage1
-    scoring_precision: Annotated[
-        Literal["native", "float32"] | None,
-        Field(
-            description="A scoring request's precision, present only when the request sent it."
-        ),
-    ] = None
-
-
-class CompletionChunk(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    id: str
-    object: Literal["text_completion"]
-    created: int
-    model: str
-    choices: list[CompletionChoice]
     usage: Usage1 | None = None
     millm_steering: str | None = None
 
@@ -531,6 +353,134 @@ class Conversation(RootModel[list[ChatMessage]]):
     root: Annotated[list[ChatMessage], Field(min_length=1)]
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: Annotated[
+        str,
+        Field(
+            description="As OpenAI's, 1-64 letters, digits, `_` or `-`.",
+            pattern="^[a-zA-Z0-9_-]{1,64}$",
+        ),
+    ]
+    description: str | None = None
+    schema_: Annotated[JsonObject | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["function"]
+    function: FunctionName
+
+
+class SaeActivationsRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    sae_id: str | None = None
+    features: list[int] | None = None
+    top_k: Annotated[int | None, Field(ge=1)] = None
+    positions: Literal["last", "prompt", "completion", "all"] | PositionRange | None = (
+        None
+    )
+    read_point: Literal["post_steering", "pre_steering"] | None = None
+
+
+class ChatLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    content: list[ChatTokenLogprob]
+    refusal: str | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[TextOffsetItem]
+
+
+class ChatChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    index: Annotated[int, Field(ge=0)]
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"]
+    logprobs: ChatLogprobs | None = None
+
+
+class ChatCompletion(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(pattern="^chatcmpl-")]
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChoice]
+    usage: Usage1
+
+
+class CompletionChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    index: Annotated[int, Field(ge=0)]
+    text: str
+    finish_reason: Annotated[Literal["stop", "length"] | None, Field(...)]
+    logprobs: CompletionLogprobs | None = None
+
+
+class Completion(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(pattern="^cmpl-")]
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[CompletionChoice]
+    usage: Usage1
+    scoring_precision: Annotated[
+        Literal["native", "float32"] | None,
+        Field(
+            description="A scoring request's precision, present only when the request sent it."
+        ),
+    ] = None
+
+
+class CompletionChunk(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage1 | None = None
+    millm_steering: str | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -564,7 +514,7 @@ class ChatCompletionRequest(BaseModel):
     presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | ToolChoice1 | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
@@ -594,6 +544,64 @@ class ChatCompletionRequest(BaseModel):
             description="OpenAI's field: `none` turns thinking off, any other value turns it on (LOC-CHAT-31), unless `think` or `chat_template_kwargs.enable_thinking` is sent."
         ),
     ] = None
+    dimensions: int | None = None
+    pooling: str | None = None
+    normalize: bool | None = None
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
+    ]
+    prompt: str | Prompt
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    n: Annotated[int | None, Field(ge=1, le=128)] = None
+    best_of: Annotated[int | None, Field(ge=1)] = None
+    echo: bool | None = None
+    suffix: str | None = None
+    max_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
+    max_completion_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
+    seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
+    stop: str | Stop1 | None = None
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    add_special_tokens: bool | None = None
+    logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    allowed_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    profile: str | None = None
+    steering_intensity: Annotated[
+        SteeringIntensity1 | Literal["off", "min", "max"] | None,
+        Field(description="A dial λ in 0–2, or `off`, `min`, `max`."),
+    ] = None
+    steering: InlineSteering | None = None
+    scoring_precision: Literal["native", "float32"] | None = None
+    return_sae_activations: SaeActivationsRequest | None = None
     dimensions: int | None = None
     pooling: str | None = None
     normalize: bool | None = None

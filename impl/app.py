@@ -132,7 +132,10 @@ def build_connexion() -> AsyncApp:
     """The Connexion app for spec/openapi, with OpenAI-format errors everywhere."""
     spec_dir = Path(str(resources.files("miserver.spec") / "openapi"))
     app = AsyncApp(
-        __name__, specification_dir=spec_dir, swagger_ui_options=SwaggerUIOptions(swagger_ui=False)
+        __name__,
+        specification_dir=spec_dir,
+        # the documents are served as written by handlers.contract, not as Connexion resolves them
+        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
     )
     for document in ("v1.yaml", "api.yaml"):
         app.add_api(

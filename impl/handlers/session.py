@@ -1,14 +1,13 @@
-"""Handlers of the `session` tag (/api): info, load, unload, cancel, events, schemas."""
+"""Handlers of the `session` tag (/api): info, load, unload, cancel, events, models."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from importlib import resources
 from typing import Any
 
 from connexion.context import request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from ..generated import api
 from ..http.errors import ApiError
@@ -91,9 +90,3 @@ async def models() -> JSONResponse:
             "catalog": [],  # downloads come later
         }
     )
-
-
-async def published_schema(name: str) -> Response:
-    """GET /api/schemas/{name}: the file in spec/schemas, byte for byte."""
-    text = (resources.files("miserver.spec") / "schemas" / name).read_bytes()
-    return Response(text, media_type="application/json")

@@ -1,0 +1,62 @@
+"""Every check, registered by `@check(*requirement_ids)` in the order the modules define them.
+
+A check is a function `def name(ctx: Context) -> None`, named after the property
+it checks. It passes by returning, fails by raising a `Failure`, and raises
+`NotOffered` when the server does not offer the extension it checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .context import Context
+
+CheckFunction = Callable[[Context], None]
+REQUIREMENT_ID = re.compile(r"^OAI-[A-Z0-9]+-\d{2}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One registered check: its name, the REQ-000 IDs it covers, its function and summary."""
+
+    name: str
+    requirements: tuple[str, ...]
+    function: CheckFunction
+    summary: str
+
+
+REGISTRY: list[Check] = []
+
+
+def check(*requirements: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Register the decorated function as a check covering `requirements` (REQ-000 IDs)."""
+    bad = [rid for rid in requirements if not REQUIREMENT_ID.match(rid)]
+    if not requirements or bad:
+        raise ValueError(f"a check needs REQ-000 requirement IDs, got {requirements!r}")
+
+    def register(function: CheckFunction) -> CheckFunction:
+        paragraph = (function.__doc__ or "").strip().split("\n\n")[0]
+        summary = " ".join(line.strip() for line in paragraph.splitlines())
+        REGISTRY.append(Check(function.__name__, tuple(requirements), function, summary))
+        return function
+
+    return register
+
+
+def all_checks() -> list[Check]:
+    """Every check the kit has (importing `checks` registers them)."""
+    from . import checks  # noqa: F401  (registers by import)
+
+    return list(REGISTRY)
+
+
+def select(names: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Check]:
+    """The checks named in `names` (all when empty) less those in `skip`, in registry order."""
+    wanted, unwanted = set(names), set(skip)
+    every = all_checks()
+    unknown = (wanted | unwanted) - {c.name for c in every}
+    if unknown:
+        raise KeyError(f"no such check: {', '.join(sorted(unknown))}")
+    return [c for c in every if (not wanted or c.name in wanted) and c.name not in unwanted]

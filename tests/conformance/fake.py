@@ -1,0 +1,321 @@
+"""A small fake OpenAI-compatible server, correct by default, broken on request.
+
+`fake_app()` answers the /v1 contract the kit checks (models, chat and text
+completions, streams, errors, scoring, `X-miLLM-*` headers, inline steering
+with the real steering-set hash, an OpenAPI document and `/api/steering`).
+`fake_app(extensions=False)` is a plain OpenAI server with none of the miLLM
+extensions; `fake_app(api_key=KEY)` answers only `Authorization: Bearer KEY`.
+Each name in `faults` breaks one thing:
+
+    error_shape         errors are `{"detail": ...}`, not OpenAI's shape
+    stream_no_done      streams end without `data: [DONE]`
+    steering_grammar    X-miLLM-Steering is `nothing`, a kind the grammar lacks
+    steering_hash       the inline hash also covers the layer (OAI-HASH-02 says it must not)
+    models_content_type GET /v1/models sends JSON as text/plain (its OpenAPI says JSON)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware.base import (
+    BaseHTTPMiddleware,
+    DispatchFunction,
+    RequestResponseEndpoint,
+)
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from miserver.steering import steering_set_hash
+
+MODEL = "fake-model"
+SAE = "fake-sae"
+LAYER = 3
+D_SAE = 16
+WORDS = ["Hello", " there", ",", " friend", "!"]
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+FAULTS = (
+    "error_shape",
+    "stream_no_done",
+    "steering_grammar",
+    "steering_hash",
+    "models_content_type",
+)
+ENTRY = {"id": MODEL, "object": "model", "created": 1700000000, "owned_by": "fake"}
+OPENAPI = {
+    "openapi": "3.0.3",
+    "info": {"title": "fake", "version": "1"},
+    "servers": [{"url": "/v1"}],
+    "paths": {
+        "/models": {
+            "get": {
+                "responses": {
+                    "200": {
+                        "description": "models",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["object", "data"],
+                                    "properties": {
+                                        "object": {"type": "string", "enum": ["list"]},
+                                        "data": {"type": "array", "items": {"type": "object"}},
+                                    },
+                                }
+                            }
+                        },
+                    }
+                }
+            }
+        }
+    },
+}
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, code: str, param: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.param, self.message = status, code, param, message
+
+
+class Fake:
+    """The fake's behaviour: which extensions it offers and which faults it has."""
+
+    def __init__(self, faults: frozenset[str], extensions: bool) -> None:
+        unknown = faults - set(FAULTS)
+        assert not unknown, unknown
+        self.faults = faults
+        self.extensions = extensions
+
+    # -- responses ---------------------------------------------------------------------
+
+    def error(self, refusal: Refusal) -> JSONResponse:
+        if "error_shape" in self.faults:
+            return JSONResponse({"detail": refusal.message}, refusal.status)
+        body = {"message": refusal.message, "type": "invalid_request_error"}
+        body |= {"param": refusal.param, "code": refusal.code}
+        return JSONResponse({"error": body}, refusal.status)
+
+    def steering_value(self, body: dict[str, Any]) -> str:
+        if "steering_grammar" in self.faults:
+            return "nothing"
+        steering = body.get("steering")
+        if not steering or not steering.get("features"):
+            return "none"
+        sent = [(f["index"], f["strength"]) for f in steering["features"]]
+        count = sum(1 for _, s in sent if float(s) != 0.0)
+        clamped = sum(1 for _, s in sent if abs(float(s)) > 200.0)
+        hashed_id = f"{SAE}/layer_{LAYER}" if "steering_hash" in self.faults else SAE
+        value = f'inline;sae="{SAE}";layer={LAYER};features={count};'
+        value += f'hash="{steering_set_hash(hashed_id, sent)}"'
+        return value + (f";clamped={clamped}" if clamped else "")
+
+    def headers(self, body: dict[str, Any], strict: str | None, stream: bool) -> dict[str, str]:
+        if not self.extensions:
+            return {}
+        headers = {"X-miLLM-Model": MODEL}
+        if "user" in body:
+            if strict in ("true", "1"):
+                raise Refusal(400, "unused_fields_refused", "user", "unused fields: user")
+            headers["X-miLLM-Ignored-Fields"] = '"user"'
+        if not stream:
+            headers["X-miLLM-Steering"] = self.steering_value(body)
+        return headers
+
+    # -- request checks ----------------------------------------------------------------
+
+    def validate(self, body: Any, strict: str | None, required: str) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise Refusal(400, "invalid_parameter", None, "the body must be a JSON object")
+        if strict is not None and strict not in ("true", "false", "1", "0"):
+            raise Refusal(400, "invalid_parameter", "X-miLLM-Strict", "bad X-miLLM-Strict")
+        if required not in body:
+            raise Refusal(400, "invalid_parameter", required, f"`{required}` is required")
+        if body.get("model") != MODEL:
+            raise Refusal(404, "model_not_found", "model", f"no model {body.get('model')!r}")
+        temperature = body.get("temperature")
+        if temperature is not None and not 0 <= temperature <= 2:
+            raise Refusal(400, "invalid_parameter", "temperature", "temperature is 0..2")
+        for i, message in enumerate(body.get("messages") or []):
+            if message.get("role") not in ROLES:
+                raise Refusal(400, "invalid_parameter", f"messages[{i}].role", "unknown role")
+        if (body.get("n") or 1) > 1 and body.get("stream"):
+            raise Refusal(400, "invalid_parameter", "n", "n > 1 cannot stream")
+        scoring = body.get("logprobs") not in (None, False)
+        if scoring and not self.extensions:
+            raise Refusal(400, "field_not_honoured", "logprobs", "`logprobs` is not honoured")
+        if scoring and body.get("max_tokens") != 1:
+            raise Refusal(400, "invalid_parameter", "max_tokens", "scoring needs max_tokens 1")
+        return body
+
+
+def _words(body: dict[str, Any]) -> list[str]:
+    return WORDS[: min(body.get("max_tokens") or len(WORDS), len(WORDS))]
+
+
+def _usage(body: dict[str, Any], completion: int) -> dict[str, int]:
+    return {"prompt_tokens": 7, "completion_tokens": completion, "total_tokens": 7 + completion}
+
+
+def _finish(body: dict[str, Any], words: list[str]) -> str:
+    return "length" if body.get("max_tokens") and len(words) >= body["max_tokens"] else "stop"
+
+
+FINGERPRINT = f"millm:{MODEL}@0000000:float32/none:fake"
+TOP = {"Hello": -0.25, "Hi": -2.0, "Hey": -3.0}
+
+
+def _chat_scored(body: dict[str, Any]) -> dict[str, Any]:
+    def entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    top = [entry(t, p) for t, p in TOP.items()][: body.get("top_logprobs") or 0]
+    logprobs = {"content": [{**entry("Hello", TOP["Hello"]), "top_logprobs": top}]}
+    message = {"role": "assistant", "content": "Hello"}
+    return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": "length"}
+
+
+def _text_scored(prompt: str, count: int) -> dict[str, Any]:
+    top = dict(list({" Paris": -0.25, " the": -2.7, " London": -4.3}.items())[:count])
+    logprobs = {
+        "tokens": [" Paris"],
+        "token_logprobs": [-0.25],
+        "top_logprobs": [top],
+        "text_offset": [len(prompt)],
+    }
+    return {"index": 0, "text": " Paris", "logprobs": logprobs, "finish_reason": "length"}
+
+
+def fake_app(
+    faults: frozenset[str] = frozenset(), *, extensions: bool = True, api_key: str | None = None
+) -> Starlette:
+    fake = Fake(faults, extensions)
+
+    def sse(frames: Iterator[dict[str, Any]], headers: dict[str, str]) -> StreamingResponse:
+        async def events() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield f"data: {json.dumps(frame)}\n\n".encode()
+            if "stream_no_done" not in faults:
+                yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    def chunks(
+        body: dict[str, Any], obj: str, texts: list[str], delta: bool
+    ) -> Iterator[dict[str, Any]]:
+        base = {"id": "chatcmpl-fake" if delta else "cmpl-fake", "object": obj, "created": 1}
+        base["model"] = MODEL
+
+        def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+            if not delta:
+                return {"index": 0, "text": text or "", "finish_reason": finish}
+            d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            return {
+                "index": 0,
+                "delta": d | ({"content": text} if text else {}),
+                "finish_reason": finish,
+            }
+
+        if delta:
+            yield base | {"choices": [choice(None, None, role=True)]}
+        for text in texts:
+            yield base | {"choices": [choice(text, None)]}
+        usage = _usage(body, len(texts))
+        yield base | {"choices": [choice(None, _finish(body, texts))], "usage": usage}
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield base | {"choices": [], "usage": usage}
+        if extensions:
+            steering = fake.steering_value(body)
+            yield base | {"created": 0, "choices": [], "millm_steering": steering}
+
+    async def chat(request: Request) -> Response:
+        strict = request.headers.get("X-miLLM-Strict")
+        try:
+            body = fake.validate(await request.json(), strict, "messages")
+            headers = fake.headers(body, strict, bool(body.get("stream")))
+        except Refusal as refusal:
+            return fake.error(refusal)
+        words = _words(body)
+        if body.get("stream"):
+            return sse(chunks(body, "chat.completion.chunk", words, True), headers)
+        if body.get("logprobs"):
+            choice = _chat_scored(body)
+        else:
+            message = {"role": "assistant", "content": "".join(words)}
+            choice = {"index": 0, "message": message, "finish_reason": _finish(body, words)}
+        reply = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000}
+        reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": [choice]}
+        return JSONResponse(reply | {"usage": _usage(body, len(words))}, headers=headers)
+
+    async def completions(request: Request) -> Response:
+        strict = request.headers.get("X-miLLM-Strict")
+        try:
+            body = fake.validate(await request.json(), strict, "prompt")
+            headers = fake.headers(body, strict, bool(body.get("stream")))
+        except Refusal as refusal:
+            return fake.error(refusal)
+        words = _words(body)
+        if body.get("stream"):
+            return sse(chunks(body, "text_completion", words, False), headers)
+        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+        if body.get("logprobs") is not None:
+            choices = [_text_scored(prompts[0], body["logprobs"])]
+        else:
+            text, finish = "".join(words), _finish(body, words)
+            choices = [
+                {"index": i, "text": text, "finish_reason": finish} for i in range(len(prompts))
+            ]
+        reply = {"id": "cmpl-fake", "object": "text_completion", "created": 1700000000}
+        reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": choices}
+        return JSONResponse(reply | {"usage": _usage(body, len(words))}, headers=headers)
+
+    async def models(request: Request) -> Response:
+        body = {"object": "list", "data": [ENTRY]}
+        if "models_content_type" in faults:
+            return Response(json.dumps(body), media_type="text/plain")
+        return JSONResponse(body)
+
+    async def model(request: Request) -> Response:
+        if request.path_params["model_id"] == MODEL:
+            return JSONResponse(ENTRY)
+        return fake.error(Refusal(404, "model_not_found", "model", "no such model"))
+
+    async def openapi(request: Request) -> Response:
+        return (
+            JSONResponse(OPENAPI)
+            if extensions
+            else fake.error(Refusal(404, "not_found", None, "Not Found"))
+        )
+
+    async def steering(request: Request) -> Response:
+        attachment = {"model": MODEL, "sae_id": SAE, "layer": LAYER, "d_sae": D_SAE}
+        attachment |= {"features": [], "live": False}
+        state = {"model": MODEL, "epoch": 1, "steering": "none", "attachments": [attachment]}
+        return JSONResponse(state | {"active_profile": None})
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models),
+        Route("/v1/openapi.json", openapi),
+        Route("/v1/models/{model_id:path}", model),
+    ]
+    if extensions:
+        routes.append(Route("/api/steering", steering))
+    app = Starlette(routes=routes)
+    if api_key is not None:
+        app.add_middleware(BaseHTTPMiddleware, dispatch=_key_check(fake, api_key))
+    return app
+
+
+def _key_check(fake: Fake, key: str) -> DispatchFunction:
+    async def dispatch(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.headers.get("authorization") != f"Bearer {key}":
+            return fake.error(Refusal(401, "invalid_api_key", None, "a key is needed"))
+        return await call_next(request)
+
+    return dispatch
