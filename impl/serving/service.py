@@ -131,9 +131,11 @@ class CompletionService:
             )
         if req.scoring is not None:
             ignored.extend(unused_fields(raw))
+        thinking = None
         if req.endpoint == "chat" and honours("chat", "think", entry.engine, capabilities):
             constrained = output is not None or (tools is not None and tools.forced)
-            req = self._thinking(req, raw, ignored, constrained)
+            kwargs = honours("chat", "chat_template_kwargs", entry.engine, capabilities)
+            thinking = self._thinking(raw, ignored, constrained, kwargs)
         headers = {
             hdr.MODEL: entry.model_id,
             **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
@@ -156,7 +158,9 @@ class CompletionService:
         if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
             batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
             headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
-        plan = Plan(without_unused(req, ignored), entry, output=output, tool_ask=tools)
+        used = without_unused(req, ignored)  # after it: the server's own template variable
+        used = used if thinking is None else with_thinking(used, thinking)
+        plan = Plan(used, entry, output=output, tool_ask=tools)
         if output is not None:
             headers[hdr.CONSTRAINED] = output.header()
         if req.stream:
@@ -170,13 +174,14 @@ class CompletionService:
         return self._defaults().think
 
     def _thinking(
-        self, req: GenerationRequest, raw: Mapping[str, Any], ignored: list[str], constrained: bool
-    ) -> GenerationRequest:
-        """`req` rendered with thinking on or off (LOC-CHAT-29..32); fields that had no
-        effect join `ignored`."""
-        enabled, unused = settle(raw, self._think_default(), constrained=constrained)
+        self, raw: Mapping[str, Any], ignored: list[str], constrained: bool, kwargs: bool
+    ) -> bool:
+        """Whether the chat renders thinking (LOC-CHAT-29..32); fields that had no effect
+        join `ignored`. `kwargs`: whether chat_template_kwargs is honoured here."""
+        default = self._think_default()
+        enabled, unused = settle(raw, default, constrained=constrained, kwargs_honoured=kwargs)
         ignored.extend(unused)
-        return with_thinking(req, enabled)
+        return enabled
 
     # -- steering ----------------------------------------------------------------
 

@@ -13,9 +13,10 @@ constrained (LOC-CHAT-40), and a constrained reply has no room for it.
 
 A field that had no effect is reported as unused (X-miLLM-Ignored-Fields;
 refused in strict mode): one a more specific field overrode, and under a
-constraint the one that asked for thinking. Where the field matrix does not
-honour `think` (GGUF, as `chat_template_kwargs`: OAI-GGUF-10) nothing here
-runs: the policy reports the fields and the template renders as it would.
+constraint the one that asked for thinking. Both engines honour `think` and
+`reasoning_effort`, so one model file renders alike on both (OAI-TOKIDS-01);
+where `chat_template_kwargs` is not honoured (GGUF: OAI-GGUF-10) its
+`enable_thinking` takes no part, and the policy reports it with the rest.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def resolve(
     return Thinking(think_default)
 
 
-def _asked(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request's three fields, most specific first, by location; null ones left out."""
-    kwargs = body.get("chat_template_kwargs") or {}
+def _asked(body: Mapping[str, Any], kwargs_honoured: bool) -> dict[str, Any]:
+    """The request's three fields, most specific first, by location; null ones left out,
+    and `enable_thinking` too where `chat_template_kwargs` is not honoured."""
+    kwargs = (body.get("chat_template_kwargs") or {}) if kwargs_honoured else {}
     enable = kwargs.get(KEY)
     if enable is not None and not isinstance(enable, bool):
         raise InvalidParameter(KWARG, f"{KWARG} must be a boolean (or absent).")
@@ -72,14 +74,18 @@ def _asked(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def settle(
-    body: Mapping[str, Any], think_default: bool, *, constrained: bool
+    body: Mapping[str, Any],
+    think_default: bool,
+    *,
+    constrained: bool,
+    kwargs_honoured: bool = True,
 ) -> tuple[bool, list[str]]:
     """Whether a chat body renders thinking, and the fields of it that had no effect.
 
     A field a more specific one overrode had none; under a constraint
     thinking is off, so the field that asked for it had none either.
     """
-    sent = _asked(body)
+    sent = _asked(body, kwargs_honoured)
     decided = resolve(
         sent.get("think"), sent.get(KWARG), sent.get("reasoning_effort"), think_default
     )

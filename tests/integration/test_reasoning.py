@@ -265,27 +265,50 @@ def test_the_think_parameter_is_the_default(bare: TestClient) -> None:
     assert prompt_tokens(bare, {**payload, "reasoning_effort": "none"}) == off
 
 
-def test_gguf_reports_the_thinking_fields(client: TestClient) -> None:
-    """OAI-GGUF-10: on GGUF, as chat_template_kwargs, `think` and `reasoning_effort` are
-    accepted, reported and have no effect; strict mode refuses them."""
+def test_gguf_honours_think_but_not_the_template_kwargs(client: TestClient) -> None:
+    """LOC-CHAT-29..32 on GGUF, OAI-GGUF-10, OAI-TOKIDS-01: `think` and `reasoning_effort`
+    decide thinking on llama.cpp too (its template gets `enable_thinking` as transformers'
+    does); chat_template_kwargs, enable_thinking included, stays dropped and reported, and an
+    overridden field is reported as on transformers."""
     payload = {"model": GGUF_ID, "messages": HI, "max_tokens": 6, "temperature": 0}
+    reply(client, payload)  # warm the prompt: a cold and a warm prefill may differ
     plain = reply(client, payload)
     asked = {
         "think": True,
         "reasoning_effort": "high",
-        "chat_template_kwargs": {"enable_thinking": True},
+        "chat_template_kwargs": {"enable_thinking": False},
     }
     response = post(client, {**payload, **asked})
     assert response.status_code == 200, response.text
-    assert ignored(response) == '"think", "reasoning_effort", "chat_template_kwargs"'
-    assert response.json()["choices"] == plain["choices"]
+    assert ignored(response) == '"chat_template_kwargs", "reasoning_effort"'
+    # SmolLM2's own template reads no enable_thinking: the same prompt either way
     assert response.json()["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
     strict = post(client, {**payload, "think": False}, **{"X-miLLM-Strict": "true"})
-    assert strict.status_code == 400
-    assert (strict.json()["error"]["code"], strict.json()["error"]["param"]) == (
-        "unused_fields_refused",
-        "think",
-    )
+    assert strict.status_code == 200 and ignored(strict) == ""
+
+
+def test_the_llama_cpp_template_renders_enable_thinking_as_transformers_does(
+    client: TestClient,
+) -> None:
+    """OAI-TOKIDS-01, LOC-CHAT-36: llama.cpp's template renderer takes `enable_thinking`
+    exactly as transformers' `apply_chat_template` does: the Qwen3-style template renders
+    the same text on both engines, thinking on and off."""
+    from miserver.engines.base import ChatPrompt
+    from miserver.engines.llamacpp import chat as llama_chat
+
+    source = (TEMPLATES / "qwen3.jinja").read_text("utf-8")
+    reply(client, {"model": QWEN3, "messages": HI, "max_tokens": 1})  # QWEN3 resident
+    engine = client.app.state.manager.resident[1]  # type: ignore[attr-defined]
+    tokens = {"bos_token": "", "eos_token": "<|im_end|>"}
+    template = llama_chat.ChatTemplate(source, tokens, None)
+    for enabled in (True, False):
+        prompt = ChatPrompt(tuple(HI), {"enable_thinking": enabled})
+        on_llama = llama_chat.render_text(template, prompt)
+        on_transformers = engine.tokenizer.apply_chat_template(
+            list(HI), tokenize=False, add_generation_prompt=True, enable_thinking=enabled
+        )
+        assert on_llama == on_transformers
+        assert on_llama.endswith("<think>\n" if enabled else "<think>\n\n</think>\n\n")
 
 
 # -- reasoning spans in replies -----------------------------------------------------------

@@ -124,3 +124,20 @@ def test_the_switch_joins_the_other_template_variables() -> None:
     assert first.template_kwargs == {"enable_thinking": False, "x": 1}
     assert second == TextPrompt("t", True)
     assert chat.template_kwargs == {"enable_thinking": True, "x": 1}  # the request's own copy
+
+
+def test_where_template_kwargs_are_dropped_enable_thinking_takes_no_part() -> None:
+    """OAI-GGUF-10 with LOC-CHAT-29..32: on GGUF chat_template_kwargs is dropped (the policy
+    reports it), so its enable_thinking neither decides nor is reported twice; `think`,
+    `reasoning_effort` and the default still decide."""
+    body = {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": "none"}
+    assert settle(body, True, constrained=False, kwargs_honoured=False) == (False, [])
+    assert settle(body, True, constrained=False) == (True, ["reasoning_effort"])
+    only_kwargs = {"chat_template_kwargs": {"enable_thinking": True}}
+    assert settle(only_kwargs, False, constrained=False, kwargs_honoured=False) == (False, [])
+    assert settle(
+        {"think": True, **only_kwargs}, False, constrained=False, kwargs_honoured=False
+    ) == (
+        True,
+        [],
+    )
