@@ -30,9 +30,9 @@ async def load(body: dict[str, Any] | None = None) -> JSONResponse:
     req = parse(api.LoadRequest, body or {})
     server = state()
     local = is_loopback_peer(request.scope)
-    config = server.config.view()
-    engine = str(config["values"]["engine"])
+    engine = str(server.config.values["engine"])
     if req.model is None:  # the configured model, if the stored config validates
+        config = server.config.view()
         if not config["valid"]:
             raise ApiError(
                 "invalid_parameter", f"The stored config is invalid: {config['error']}", "config"

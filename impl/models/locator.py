@@ -76,15 +76,20 @@ class ModelLocator:
 
     def check(self, model: str, *, peer_local: bool) -> None:
         """403 outside_models_dir for a path this peer may not open; ids always pass."""
-        if self._is_id(model) or not self.confined(peer_local):
-            return
-        if not self.allowed(self.canonical(model)):
+        if self.confined(peer_local) and not self._is_id(model):
+            self._confine(model)
+
+    def _confine(self, model: str) -> Path:
+        """`model`'s canonical path, if it lies where a confined peer may open models."""
+        path = self.canonical(model)
+        if not self.allowed(path):
             raise ApiError(
                 "outside_models_dir",
                 "This client may open models only inside the models directory or a scan "
                 "directory; the path resolves elsewhere.",
                 "model",
             )
+        return path
 
     def find(self, model: str, *, peer_local: bool, engine: str = "auto") -> ModelEntry:
         """The entry `model` names: a registry id, else a path (checked, then opened), on
@@ -94,16 +99,18 @@ class ModelLocator:
         refusal (404 model_not_found, listing the ids; AMBIGUOUS_MODEL_NAME).
         """
         wanted = ENGINES.get(engine)
-        if self._is_id(model):
+        try:
             entry = self.registry.resolve(model)
+        except ApiError as exc:
+            if exc.code != "model_not_found":
+                raise  # ambiguous names are the registry's to refuse
+            path = self._confine(model) if self.confined(peer_local) else self.canonical(model)
+            if not _exists(path):
+                raise  # neither an id nor a file
+        else:
             if wanted is None or entry.engine == wanted:
                 return entry
             path = entry.path  # the same file on the engine the config asks for
-        else:
-            self.check(model, peer_local=peer_local)
-            path = self.canonical(model)
-            if not _exists(path):
-                return self.registry.resolve(model)  # raises: neither an id nor a file
         opened = self.registry.open(path, wanted)
         if opened is None:
             what = "a .gguf file or an HF model folder" if wanted is None else f"served by {engine}"

@@ -207,11 +207,14 @@ class ConfigService:
             user.pop(key, None)
         if auto_plan:
             rejected["auto_plan"] = NO_PLANNER
-        if user != self._user or auto_plan is False:
+        changed = user != self._user or auto_plan is False
+        if changed:
             self._save(user)  # raises before anything changes when the disk refuses
             self._user = user
-            self._bus.publish("config", self.view())
-        return {**self.view(), "rejected": rejected}
+        view = self.view()
+        if changed:
+            self._bus.publish("config", view)
+        return {**view, "rejected": rejected}
 
     def _confine(self, model: str, peer_local: bool) -> None:
         if self._locator is None:

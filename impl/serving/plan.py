@@ -57,6 +57,7 @@ class Plan:
     tool_ask: ToolAsk | None = None
     tools: ToolPlan | None = None  # fixed once the model is resident
     reasoning: ReasoningPlan | None = None  # the template's reasoning span, if any (idem)
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)  # the config's, once
 
     def steering_header(self) -> str:
         """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
@@ -171,9 +172,7 @@ def prompt_ids(engine: Engine, prompt: Prompt, row: int = 0) -> list[int]:
         raise InvalidParameter(param, f"The messages cannot be rendered: {exc}") from exc
 
 
-async def prepare(
-    plan: Plan, engine: Engine, manager: ModelManager, defaults: RequestDefaults
-) -> None:
+async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
     """Tokenize every prompt and fix its budget; refusals before any generation."""
     plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
     for i, prompt in enumerate(plan.request.prompts):
@@ -187,7 +186,7 @@ async def prepare(
             )
             raise ApiError(code, f"prompt {i} tokenizes to nothing; nothing to continue.", where)
         plan.prompt_ids.append(ids)
-        plan.budgets.append(budget(plan.request, engine, ids, defaults))
+        plan.budgets.append(budget(plan.request, engine, ids, plan.defaults))
     if _may_reason(plan):
         plan.reasoning = await manager.tokenize(partial(reasoning_plan, engine, plan.prompt_ids))
     if plan.output is not None:

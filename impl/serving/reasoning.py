@@ -25,6 +25,7 @@ from types import MappingProxyType
 import yaml
 
 from ..engines.base import Engine
+from .stops import held_tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ class SpanStream:
             self._held = self._held[at + len(self._span.close) :]
             self._state = _State.LEAD
         else:
-            keep = _marker_tail(self._held, self._span.close)
+            keep = held_tail(self._held, (self._span.close,))
             cut = len(self._held[: len(self._held) - keep].rstrip())
             out, self._held = self._held[:cut], self._held[cut:]
         self._started = self._started or bool(out)
@@ -141,14 +142,6 @@ class SpanStream:
         if self._state is _State.REASONING:
             return Parts(reasoning=held.rstrip() if self._started else held.strip())
         return Parts()
-
-
-def _marker_tail(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that begins `marker` (0: none)."""
-    for length in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-length:]):
-            return length
-    return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,7 @@ class CompletionService:
     ) -> Reply | StreamReply:
         """Answer one chat or text completion request."""
         strict = hdr.strict_mode(request_headers)
+        defaults = self._defaults()  # the config read once: a queued request keeps what it saw
         entry = self._manager.entry(req.model_id)
         capabilities = self._manager.capabilities(entry)
         if "generate" not in capabilities:
@@ -131,11 +132,14 @@ class CompletionService:
             )
         if req.scoring is not None:
             ignored.extend(unused_fields(raw))
-        thinking = None
+        thinking = None  # LOC-CHAT-29..32: fields of it that had no effect join `ignored`
         if req.endpoint == "chat" and honours("chat", "think", entry.engine, capabilities):
             constrained = output is not None or (tools is not None and tools.forced)
             kwargs = honours("chat", "chat_template_kwargs", entry.engine, capabilities)
-            thinking = self._thinking(raw, ignored, constrained, kwargs)
+            thinking, unused = settle(
+                raw, defaults.think, constrained=constrained, kwargs_honoured=kwargs
+            )
+            ignored.extend(unused)
         headers = {
             hdr.MODEL: entry.model_id,
             **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
@@ -149,39 +153,23 @@ class CompletionService:
                 temperature=req.temperature,
             )
             self._manager.refuse_if_busy()
-            return await self._score(Plan(req, entry), headers, req.scoring)
+            return await self._score(Plan(req, entry, defaults=defaults), headers, req.scoring)
         echo = self._steering(req, entry).echo
         if req.steering.intensity is not None and echo is not None:
             headers[hdr.STEERING_INTENSITY] = repr(float(echo))
         self._manager.refuse_if_busy()
-        req = self._defaults().apply(req, raw, seeds="seed" in capabilities)
+        req = defaults.apply(req, raw, seeds="seed" in capabilities)
         if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
             batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
             headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
         used = without_unused(req, ignored)  # after it: the server's own template variable
         used = used if thinking is None else with_thinking(used, thinking)
-        plan = Plan(used, entry, output=output, tool_ask=tools)
+        plan = Plan(used, entry, output=output, tool_ask=tools, defaults=defaults)
         if output is not None:
             headers[hdr.CONSTRAINED] = output.header()
         if req.stream:
             return await self._stream(plan, headers)
         return await self._reply(plan, headers)
-
-    # -- thinking ----------------------------------------------------------------
-
-    def _think_default(self) -> bool:
-        """The server's default for thinking (LOC-CHAT-32): the config's `think` parameter."""
-        return self._defaults().think
-
-    def _thinking(
-        self, raw: Mapping[str, Any], ignored: list[str], constrained: bool, kwargs: bool
-    ) -> bool:
-        """Whether the chat renders thinking (LOC-CHAT-29..32); fields that had no effect
-        join `ignored`. `kwargs`: whether chat_template_kwargs is honoured here."""
-        default = self._think_default()
-        enabled, unused = settle(raw, default, constrained=constrained, kwargs_honoured=kwargs)
-        ignored.extend(unused)
-        return enabled
 
     # -- steering ----------------------------------------------------------------
 
@@ -213,7 +201,7 @@ class CompletionService:
                     "messages",
                 )
             check_vocabulary(ask, engine.facts.vocab_size)
-            await prepare(plan, engine, self._manager, self._defaults())
+            await prepare(plan, engine, self._manager)
             loop = asyncio.get_running_loop()
             choices = await loop.run_in_executor(self._executor, self._scored, plan, engine, ask)
         finally:
@@ -261,7 +249,7 @@ class CompletionService:
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
         ticket, engine = await self._slot_with_model(plan.entry)
         try:
-            await prepare(plan, engine, self._manager, self._defaults())
+            await prepare(plan, engine, self._manager)
             self._start_steering(plan, engine)
             with self._generating():
                 choices, tally = await self._generate_all(plan, engine, ticket)
@@ -325,7 +313,7 @@ class CompletionService:
         else:
             ticket = self._scheduler.enter()
         try:
-            await prepare(plan, engine, self._manager, self._defaults())
+            await prepare(plan, engine, self._manager)
         except BaseException:
             self._scheduler.leave(ticket)
             raise

@@ -41,7 +41,7 @@ class StopMatcher:
             self._held = ""
             self._stopped = True
             return buffer[:cut], True
-        keep = self._pending_length(buffer)
+        keep = held_tail(buffer, self._stops)
         self._held = buffer[len(buffer) - keep :]
         return buffer[: len(buffer) - keep], False
 
@@ -50,14 +50,16 @@ class StopMatcher:
         held, self._held = self._held, ""
         return held
 
-    def _pending_length(self, buffer: str) -> int:
-        """Length of the longest suffix of `buffer` that may begin a stop."""
-        longest = max((len(stop) for stop in self._stops), default=1)
-        for length in range(min(len(buffer), longest - 1), 0, -1):
-            tail = buffer[-length:]
-            if any(stop.startswith(tail) for stop in self._stops):
-                return length
-        return 0
+
+def held_tail(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest end of `text` that may begin one of `markers` (0: none): what
+    a stream holds back until it knows (stops; tool-call and reasoning markers)."""
+    longest = max((len(marker) for marker in markers), default=1)
+    for length in range(min(len(text), longest - 1), 0, -1):
+        tail = text[-length:]
+        if any(marker.startswith(tail) for marker in markers):
+            return length
+    return 0
 
 
 def first_stop(text: str, stops: Sequence[str]) -> int | None:

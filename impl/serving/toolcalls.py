@@ -30,6 +30,8 @@ import jinja2.parser
 import yaml
 from jinja2.ext import Extension
 
+from .stops import held_tail
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -97,11 +99,7 @@ class CallFormat:
         found = [at for at in (text.find(s) for s in self.starts) if at >= 0]
         if found:
             return min(found), True
-        longest = max((len(s) for s in self.starts), default=1)
-        for length in range(min(len(text), longest - 1), 0, -1):
-            if any(s.startswith(text[-length:]) for s in self.starts):
-                return len(text) - length, False
-        return len(text), False
+        return len(text) - held_tail(text, self.starts), False
 
     def parse(self, text: str, offered: frozenset[str], limit: int | None) -> ParsedReply | None:
         """The calls in a reply (opening included), at most `limit`; None: plain content."""

@@ -12,12 +12,14 @@ requests on purpose (400 `field_not_honoured` for fields this engine does
 not honour yet, spec/policy/fields.yaml; 404 for an unknown model; 400 for
 cross-field rules such as `n > 1` with `stream`).
 
-To keep the real model fast, `bounded()` edits every generated case before
-it is sent (Schemathesis then re-labels a case as positive or negative by
-what is actually sent):
+To keep the real model fast, the conformance kit's `bounded()` (the same edit
+`miserver-conformance` makes) edits every generated case before it is sent
+(Schemathesis then re-labels a case as positive or negative by what is
+actually sent):
 
-- `max_tokens` / `max_completion_tokens` above 4 become 4, and a body with
-  neither (or null) gets `max_tokens: 4` (the server default is 512);
+- `max_tokens` / `max_completion_tokens` above 4, or 0 (the server's
+  n-predict), become 4, and a body with neither (or null) gets
+  `max_tokens: 4` (the server default is 512);
 - `n` above 2 becomes 2;
 - `stream: true` becomes `false` (SSE is covered by test_openai_sdk.py);
 - a non-empty string `model` becomes the served model's id, so that
@@ -30,22 +32,16 @@ and the example count for a longer exploratory run.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
 from schemathesis import Case
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
+from miserver.conformance.checks.schema import bounded
+from miserver.conformance.fuzzing import CHECKS
 from tests.conftest import MODEL_ID
 from tests.e2e.conftest import live_server
 
@@ -55,16 +51,6 @@ SPECS = Path(__file__).resolve().parents[2] / "spec" / "openapi"
 SPEC = SPECS / "v1.yaml"
 MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "100"))
 SEED = int(os.environ.get("SCHEMATHESIS_SEED", "20240601"))
-MAX_TOKENS = 4
-MAX_N = 2
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    negative_data_rejection,
-]
 
 CONFIG = schemathesis.Config.from_dict(
     {
@@ -80,31 +66,6 @@ api_schema = schemathesis.openapi.from_path(SPECS / "api.yaml", config=CONFIG).e
 )
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _bound_body(body: MutableMapping[str, Any]) -> None:
-    for name in ("max_tokens", "max_completion_tokens"):
-        if _is_int(body.get(name)) and body[name] > MAX_TOKENS:
-            body[name] = MAX_TOKENS
-    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
-        body["max_tokens"] = MAX_TOKENS
-    if _is_int(body.get("n")) and body["n"] > MAX_N:
-        body["n"] = MAX_N
-    if body.get("stream") is True:
-        body["stream"] = False
-    if isinstance(body.get("model"), str) and body["model"]:
-        body["model"] = MODEL_ID
-
-
-def bounded(case: Case[Any]) -> None:
-    """Edit `case` in place so a generation stays a few tokens long (see the module docstring)."""
-    if isinstance(case.body, dict) and case.path in {"/chat/completions", "/completions"}:
-        _bound_body(case.body)
-    _ = case.meta  # re-label the case (positive / negative) by what will be sent
-
-
 @schema.parametrize()
 def test_every_operation_conforms(case: Case[Any], base_url: str) -> None:
     """OAI-ERR-01, OAI-RESP-01..07, OAI-CMPL-01/02, OAI-MODELS-01/02/07, OAI-CHAT-01..23.
@@ -112,7 +73,7 @@ def test_every_operation_conforms(case: Case[Any], base_url: str) -> None:
     No generated request gets a 5xx; every response matches the documented
     status, content type, headers and schema; invalid requests get a 4xx.
     """
-    bounded(case)
+    bounded(case, MODEL_ID)
     case.call_and_validate(base_url=base_url, checks=CHECKS, timeout=60)
 
 
