@@ -42,12 +42,14 @@ class Config(BaseModel):
     operator_keys: Annotated[
         list[str],
         Field(
-            description="Keys the operator set with a launch flag (`--model`, `--threads`, `--default-max-tokens`, `--data-dir`): the server's defaults for them, below the user's values and never persisted (REQ-003 open point 31)."
+            description="Keys the operator set with a launch flag (each row's `flag`, e.g. `--model`, `--threads`, `--temp`): the server's defaults for them, below the user's values and never persisted (REQ-003 open point 31)."
         ),
     ]
     args: Annotated[
         list[str],
-        Field(description="The `miserver serve` flags that reproduce the config."),
+        Field(
+            description="The `miserver serve` flags that reproduce the config: every row's flag and value as separate strings, a boolean as the switch that gives its value (`--mmap` / `--no-mmap`); an empty `model` is left out."
+        ),
     ]
     valid: bool
     error: str
@@ -118,9 +120,20 @@ class Model(BaseModel):
     name: str
     arch: str
     n_ctx: int
-    think_ctl: str
+    think_ctl: Annotated[
+        Literal["template", "always", "none"],
+        Field(
+            description="`template` when the chat template reads `enable_thinking`, `always` when it writes a reasoning span it cannot turn off, else `none` (LOC-INFO-14, REQ-003 open point 15)."
+        ),
+    ]
     load_s: float
-    n_expert_used: int
+    n_expert_used: Annotated[
+        int,
+        Field(
+            description="Experts used per token: GGUF `<arch>.expert_used_count` or HF `num_experts_per_tok`; 0 for a dense model (LOC-INFO-15).",
+            ge=0,
+        ),
+    ]
     streaming: bool
     engine: Literal["llama.cpp", "transformers"]
     compute_threads: int
@@ -424,8 +437,7 @@ class Param(BaseModel):
     scope: Literal["request", "session"]
     help: str
     flag: Annotated[
-        str | None,
-        Field(description="The `miserver serve` flag, null where there is none."),
+        str, Field(description="The row's `miserver serve` flag (LOC-PARAMS-09).")
     ]
     default: Annotated[
         Any, Field(description='The server default, in the row type (or "auto").')

@@ -32,6 +32,26 @@ class EventStream(RootModel[str]):
     ]
 
 
+class TokenIds(RootModel[list[int]]):
+    root: Annotated[
+        list[int],
+        Field(
+            description="One prompt or input as token ids, in the model's own numbering. The server refuses an empty id list and an id outside the vocabulary (negative, or not below its size) with 400 `invalid_parameter` naming it, as `prompt[j]` or `prompt[i][j]` (`input[...]` on embeddings).",
+            min_length=1,
+        ),
+    ]
+
+
+class TokenIdLists(RootModel[list[list[int]]]):
+    root: Annotated[
+        list[list[int]],
+        Field(
+            description="Several prompts or inputs as token ids, one list each (see TokenIds).",
+            min_length=1,
+        ),
+    ]
+
+
 class Stop1(RootModel[list[str]]):
     root: Annotated[list[str], Field(max_length=16)]
 
@@ -130,9 +150,9 @@ class EmbeddingRequest(BaseModel):
         str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
     ]
     input: Annotated[
-        str | list[str],
+        str | list[str] | TokenIds | TokenIdLists,
         Field(
-            description="A string, or a list of strings (one vector each); never truncated."
+            description="A string, a list of strings, token ids, or a list of token-id lists (one vector per string or id list); never truncated. Ids are embedded as sent."
         ),
     ]
     encoding_format: Literal["float", "base64"] | None = None
@@ -193,8 +213,15 @@ class EmbeddingList(BaseModel):
     usage: Usage
 
 
-class Prompt(RootModel[list[str]]):
-    root: Annotated[list[str], Field(min_length=1)]
+class Logprobs(RootModel[int]):
+    root: Annotated[
+        int,
+        Field(
+            description="Scoring mode: how many alternatives of the next token to report (0–20). `false` is the no-change value (no scoring), as `null` (OAI-VALID-31).",
+            ge=0,
+            le=20,
+        ),
+    ]
 
 
 class PromptTokensDetails(BaseModel):
@@ -223,6 +250,12 @@ class AssistantMessage(BaseModel):
     )
     role: Literal["assistant"]
     content: Annotated[str | None, Field(...)]
+    refusal: Annotated[
+        str | None,
+        Field(
+            description="Always null (OpenAI's schema requires the key); nothing is refused here."
+        ),
+    ] = None
     reasoning_content: Annotated[
         str | None,
         Field(
@@ -304,8 +337,19 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChatChunkChoice]
-    usage: Usage1 | None = None
-    millm_steering: str | None = None
+    system_fingerprint: str | None = None
+    usage: Annotated[
+        Usage1 | None,
+        Field(
+            description="Null on every chunk but one: the last (`choices: []`) with stream_options.include_usage, else the request's last finish chunk."
+        ),
+    ] = None
+    millm_steering: Annotated[
+        str | None,
+        Field(
+            description="The X-miLLM-Steering value, on the last chunk before [DONE]."
+        ),
+    ] = None
 
 
 class Model(BaseModel):
@@ -469,8 +513,19 @@ class CompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[CompletionChoice]
-    usage: Usage1 | None = None
-    millm_steering: str | None = None
+    system_fingerprint: str | None = None
+    usage: Annotated[
+        Usage1 | None,
+        Field(
+            description="Null on every chunk but one: the last (`choices: []`) with stream_options.include_usage, else the request's last finish chunk."
+        ),
+    ] = None
+    millm_steering: Annotated[
+        str | None,
+        Field(
+            description="The X-miLLM-Steering value, on the last chunk before [DONE]."
+        ),
+    ] = None
 
 
 class ResponseFormat(BaseModel):
@@ -556,7 +611,12 @@ class CompletionRequest(BaseModel):
     model: Annotated[
         str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
     ]
-    prompt: str | Prompt
+    prompt: Annotated[
+        str | list[str] | TokenIds | TokenIdLists,
+        Field(
+            description="A string, a list of strings, token ids, or a list of token-id lists; each string or id list is one prompt (one choice). Ids reach the model as sent (`add_special_tokens` does not apply to them); an empty list is refused."
+        ),
+    ]
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
@@ -584,7 +644,12 @@ class CompletionRequest(BaseModel):
     frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
     presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
     add_special_tokens: bool | None = None
-    logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    logprobs: Annotated[
+        Logprobs | bool | None,
+        Field(
+            description="Scoring mode: how many alternatives of the next token to report (0–20). `false` is the no-change value (no scoring), as `null` (OAI-VALID-31)."
+        ),
+    ] = None
     top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None

@@ -1,18 +1,21 @@
 """Builds the server: the Connexion app from spec/openapi, and its state.
 
-Server (ASGI)            lifespan: load the launch model, close at exit
-  -> SecurityMiddleware  Host, Origin, API key, body cap, media type; headers
-  -> connexion AsyncApp  routing + validation against spec/openapi/v1.yaml
-     -> handlers/        thin: typed request in, service call, response out
+Server (ASGI)             lifespan: load the launch model, close at exit
+  -> RequestIdMiddleware  x-request-id on every response, its logs and events
+  -> SecurityMiddleware   Host, Origin, API key, body cap, media type; headers
+  -> connexion AsyncApp   routing + validation against spec/openapi/v1.yaml
+     -> handlers/         thin: typed request in, service call, response out
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from connexion import AsyncApp
 from connexion.exceptions import ProblemException
@@ -23,8 +26,9 @@ from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
 from .http.errors import ApiError, internal_error
+from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
-from .http.validation import OpenAIBodyValidator, OpenAIParameterValidator
+from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator
 from .models.locator import ModelLocator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
@@ -85,10 +89,12 @@ def _api_error(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
     return _respond(exc)
 
 
-def _http_error(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
+def _http_error(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
     status = exc.status_code if isinstance(exc, HTTPException) else getattr(exc, "status", 500)
     detail = exc.detail if isinstance(exc, HTTPException | ProblemException) else None
     code = _PROBLEM_CODES.get(int(status))
+    if code == "invalid_parameter" and request.url.path.startswith("/api/"):
+        code = "invalid_request"  # a required body missing: not a JSON object (LOC-GEN-15)
     if code is None:
         log.error("unexpected problem %r", exc)
         return _respond(internal_error())
@@ -137,11 +143,12 @@ def build_connexion() -> AsyncApp:
         # the documents are served as written by handlers.contract, not as Connexion resolves them
         swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
     )
-    for document in ("v1.yaml", "api.yaml"):
+    bodies = {"v1.yaml": OpenAIBodyValidator, "api.yaml": LocalBodyValidator}  # LOC-GEN-14..16
+    for document, body in bodies.items():
         app.add_api(
             document,
             validator_map={
-                "body": {"application/json": OpenAIBodyValidator},
+                "body": {"application/json": body},
                 "parameter": OpenAIParameterValidator,
             },
             strict_validation=False,
@@ -159,11 +166,17 @@ class Server:
 
     `policy` is the security model's start-up result (`access_policy`, which
     raises StartRefused before anything is built); by default it is computed
-    from `settings`.
+    from `settings`. `flags` are the parameter table's own launch flags as given
+    (`serving.params.launch_values`): the config's launch layer beside `settings`.
     """
 
     def __init__(
-        self, settings: Settings, *, preload: bool = True, policy: AccessPolicy | None = None
+        self,
+        settings: Settings,
+        *,
+        preload: bool = True,
+        policy: AccessPolicy | None = None,
+        flags: Mapping[str, Any] | None = None,
     ) -> None:
         self.policy = policy if policy is not None else access_policy(settings)
         self.settings = settings
@@ -185,7 +198,7 @@ class Server:
         admin = SteeringAdmin(live, manager)
         decider = Decider(manager, scheduler, self._executor)
         embeddings = EmbeddingService(settings, manager, scheduler, self._executor)
-        config = ConfigService.open(settings, self.bus, self._launch_id, manager, locator)
+        config = ConfigService.open(settings, self.bus, self._launch_id, manager, locator, flags)
         manager.load_options = config.load_options
         decider.enabled = lambda: bool(config.in_session("decide"))
         service = CompletionService(
@@ -211,7 +224,7 @@ class Server:
             self.bus,
             config,
         )
-        self._app = SecurityMiddleware(build_connexion(), self.policy)
+        self._app = RequestIdMiddleware(SecurityMiddleware(build_connexion(), self.policy))
 
     def launch_model_id(self) -> str | None:
         return self._launch_id

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from . import settings as settings_mod
 from .access import StartRefused, access_policy
+from .http.request_id import RequestIdFilter
+from .serving import params
 
 log = logging.getLogger("miserver")
 
@@ -25,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="serve the /v1 API (default model: SmolLM2-135M-Instruct)"
     )
     settings_mod.add_flags(serve)
+    taken = {flag for _, _, flag, _ in settings_mod.documented() if flag}
+    params.add_flags(serve, taken)  # every other parameter row's flag (LOC-PARAMS-09)
     serve.add_argument(
         "--describe-params",
         action="store_true",
@@ -57,14 +61,15 @@ def _parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     """Check the start-up rules (exit 2 on a refusal, nothing listens), then serve."""
     if args.describe_params:
-        from .serving.params import described
-
-        sys.stdout.write(json.dumps(described(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(params.described(), indent=2) + "\n")
         return 0
     settings = settings_mod.from_args(args)
     logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
     )
+    for handler in logging.getLogger().handlers:  # every line names its request (or `-`)
+        handler.addFilter(RequestIdFilter())
     try:
         policy = access_policy(settings)
     except StartRefused as exc:
@@ -77,7 +82,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from .app import Server
 
-    server = Server(settings, policy=policy)
+    server = Server(settings, policy=policy, flags=params.launch_values(args))
     log.info(
         "serving %s on http://%s:%d/v1", server.launch_model_id(), settings.host, settings.port
     )

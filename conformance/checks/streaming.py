@@ -1,10 +1,13 @@
 """Streams: SSE framing, chunk order, usage and `[DONE]` (REQ-000 STREAM, HDR-12..15).
 
-A chat stream with `stream_options.include_usage` must be: a first chunk
-with `delta.role`, content chunks, one last choice chunk with
-`finish_reason` (and `usage`, OAI-STREAM-05), then extension chunks with
-`choices: []` (OpenAI's usage chunk, `millm_steering`, ...), then
-`data: [DONE]`.
+Every chunk of a stream shares one `id`, `created`, `model` and
+`system_fingerprint`. A chat stream with `stream_options.include_usage` must
+be: a first chunk with `delta.role`, content chunks, one last choice chunk
+with `finish_reason`, then extension chunks with `choices: []`, the last of
+which carries the request's `usage` (and, on a miLLM server, `millm_steering`),
+then `data: [DONE]`; `usage` is null on every other chunk, so a client that
+adds up every usage it sees counts the request once. Without include_usage,
+a miLLM server puts `usage` on the finish chunk instead (OAI-STREAM-05).
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from ..responses import expect_status
 
 STEERING = "X-miLLM-Steering"
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
+ENVELOPE = ("id", "created", "model", "system_fingerprint")
+STEERING_CHUNK_KEYS = frozenset(
+    {"id", "object", "created", "model", "system_fingerprint", "choices", "millm_steering"}
+)
 
 
 def _cut(value: Any, limit: int = 300) -> str:
@@ -70,7 +77,25 @@ def _split(stream: Stream, obj: str) -> tuple[list[dict[str, Any]], list[dict[st
     return stream.chunks[: last + 1], stream.chunks[last + 1 :]
 
 
-def _finish_and_usage(choices: list[dict[str, Any]], extensions: list[dict[str, Any]]) -> None:
+def _same_envelope(stream: Stream, requirement: str = "OAI-STREAM-03") -> None:
+    """Every chunk of one stream says the same id, created, model and system_fingerprint."""
+    for key in ENVELOPE:
+        values = {repr(chunk.get(key)) for chunk in stream.chunks}
+        if len(values) != 1:
+            raise StreamFramingViolation(
+                f"one `{key}` on every chunk of a stream", _cut(sorted(values)), requirement
+            )
+
+
+def _usage_at(chunks: list[dict[str, Any]]) -> list[int]:
+    """Where the chunks carry a non-null `usage`."""
+    return [i for i, chunk in enumerate(chunks) if chunk.get("usage") is not None]
+
+
+def _finish_and_usage(stream: Stream, choices: list[dict[str, Any]]) -> None:
+    """finish_reason on the last choice chunk only; with include_usage, `usage` on exactly one
+    chunk, the last, which has `choices: []` (a client that adds every usage it sees counts
+    the request once), and null (or absent) on every other."""
     reasons = [chunk["choices"][0].get("finish_reason") for chunk in choices]
     if reasons[-1] not in FINISH_REASONS or any(r is not None for r in reasons[:-1]):
         raise StreamFramingViolation(
@@ -78,15 +103,16 @@ def _finish_and_usage(choices: list[dict[str, Any]], extensions: list[dict[str, 
             _cut(reasons),
             "OAI-STREAM-05",
         )
-    if not isinstance(choices[-1].get("usage"), dict):
+    at, last = _usage_at(stream.chunks), stream.chunks[-1]
+    if (
+        at != [len(stream.chunks) - 1]
+        or last["choices"] != []
+        or not isinstance(last["usage"], dict)
+    ):
         raise StreamFramingViolation(
-            "`usage` on the final choice chunk", _cut(choices[-1]), "OAI-STREAM-05"
-        )
-    usage_chunks = [c for c in extensions if isinstance(c.get("usage"), dict)]
-    if len(usage_chunks) != 1:
-        raise StreamFramingViolation(
-            "with include_usage, one chunk with choices: [] and `usage` after the last choice",
-            _cut(extensions),
+            "with include_usage, a `usage` object on exactly one chunk: the last before "
+            "[DONE], with choices: []",
+            f"usage on chunks {at} of {len(stream.chunks)}; last: {_cut(last)}",
             "OAI-STREAM-05",
         )
 
@@ -101,11 +127,11 @@ def _finish_and_usage(choices: list[dict[str, Any]], extensions: list[dict[str, 
     "OAI-STREAM-10",
 )
 def chat_stream_framing(ctx: Context) -> None:
-    """`data: {json}` events: role first, content deltas, finish_reason + usage, usage chunk,
-    extension chunks with `choices: []`, then `[DONE]`."""
+    """`data: {json}` events of one id, created, model and fingerprint: role first, content
+    deltas, finish_reason, then chunks with `choices: []`, the last with `usage`, then `[DONE]`."""
     body = ctx.chat_body(max_tokens=6, stream=True, stream_options={"include_usage": True})
     _, stream = streamed(ctx, "/chat/completions", body)
-    choices, extensions = _split(stream, "chat.completion.chunk")
+    choices, _ = _split(stream, "chat.completion.chunk")
     deltas = [chunk["choices"][0].get("delta") for chunk in choices]
     if not all(isinstance(delta, dict) for delta in deltas):
         raise StreamFramingViolation("`delta` on every choice chunk", _cut(deltas), "OAI-STREAM-03")
@@ -116,25 +142,29 @@ def chat_stream_framing(ctx: Context) -> None:
     texts = [d.get("content") for d in deltas]
     if not all(text is None or isinstance(text, str) for text in texts):
         raise StreamFramingViolation("delta.content strings", _cut(texts), "OAI-STREAM-03")
-    _finish_and_usage(choices, extensions)
+    _same_envelope(stream)
+    _finish_and_usage(stream, choices)
 
 
-@check("OAI-EP-02", "OAI-STREAM-01", "OAI-STREAM-02", "OAI-STREAM-10")
+@check("OAI-EP-02", "OAI-STREAM-01", "OAI-STREAM-02", "OAI-STREAM-05", "OAI-STREAM-10")
 def completion_stream_framing(ctx: Context) -> None:
-    """A streamed text completion: `text_completion` chunks, finish_reason last, then `[DONE]`."""
+    """A streamed text completion: `text_completion` chunks of one envelope, finish_reason
+    last, `usage` once on the last chunk, then `[DONE]`."""
     body = ctx.completion_body(stream=True, stream_options={"include_usage": True})
     _, stream = streamed(ctx, "/completions", body)
-    choices, extensions = _split(stream, "text_completion")
+    choices, _ = _split(stream, "text_completion")
     texts = [chunk["choices"][0].get("text") for chunk in choices]
     if not all(isinstance(text, str) for text in texts):
         raise StreamFramingViolation("`text` on every choice chunk", _cut(texts), "OAI-STREAM-03")
-    _finish_and_usage(choices, extensions)
+    _same_envelope(stream)
+    _finish_and_usage(stream, choices)
 
 
-@check("OAI-HDR-12", "OAI-HDR-13", "OAI-HDR-14", "OAI-HDR-15", "OAI-STREAM-08")
+@check("OAI-HDR-12", "OAI-HDR-13", "OAI-HDR-14", "OAI-HDR-15", "OAI-STREAM-05", "OAI-STREAM-08")
 def stream_steering_chunk(ctx: Context) -> None:
-    """A stream sends no X-miLLM-Steering header and ends with one `millm_steering` chunk
-    (`created: 0`, `choices: []`) right before `[DONE]`."""
+    """A stream sends no X-miLLM-Steering header and ends with one `millm_steering` chunk,
+    `choices: []`, right before `[DONE]`, sharing the stream's id, created, model and
+    fingerprint; without include_usage, `usage` rides on the finish chunk and no other."""
     plain = ctx.post("/chat/completions", ctx.chat_body())
     expect_status(plain, 200, "OAI-EP-01")
     if STEERING not in plain.headers:
@@ -146,7 +176,7 @@ def stream_steering_chunk(ctx: Context) -> None:
             response.headers[STEERING],
             "OAI-HDR-12",
         )
-    _, extensions = _split(stream, "chat.completion.chunk")
+    choices, extensions = _split(stream, "chat.completion.chunk")
     steering = [chunk for chunk in extensions if "millm_steering" in chunk]
     if len(steering) != 1 or steering[0] is not stream.chunks[-1]:
         raise StreamFramingViolation(
@@ -154,13 +184,20 @@ def stream_steering_chunk(ctx: Context) -> None:
             _cut(extensions),
             "OAI-HDR-13",
         )
+    _same_envelope(stream, "OAI-HDR-15")  # created too: issue 15 supersedes HDR-15's 0
     chunk = steering[0]
-    expected_keys = {"id", "object", "created", "model", "choices", "millm_steering"}
-    if set(chunk) != expected_keys or chunk["created"] != 0 or chunk["choices"] != []:
+    if set(chunk) - {"usage"} != STEERING_CHUNK_KEYS or chunk["choices"]:
         raise StreamFramingViolation(
-            '{"id", "object", "created": 0, "model", "choices": [], "millm_steering"}',
+            '{"id", "object", "created", "model", "system_fingerprint", "choices": [], '
+            '"millm_steering"}',
             _cut(chunk),
             "OAI-HDR-15",
+        )
+    if _usage_at(stream.chunks) != [len(choices) - 1]:
+        raise StreamFramingViolation(
+            "without include_usage, `usage` on the finish chunk and on no other",
+            _cut([c.get("usage") for c in stream.chunks]),
+            "OAI-STREAM-05",
         )
     value = chunk["millm_steering"]
     try:

@@ -11,7 +11,7 @@ from connexion.context import request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..http.errors import InvalidParameter
+from ..http.errors import ApiError
 from ..http.sse import frames
 from ..http.validation import location
 from ..serving.requests import GenerationRequest
@@ -31,14 +31,19 @@ CLIENT_CLOSED = 499  # nobody reads it: the client is gone
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse(model: type[M], body: Mapping[str, Any]) -> M:
+def parse(model: type[M], body: Mapping[str, Any], code: str = "invalid_parameter") -> M:
     """The generated model of a body the spec already validated (a mismatch is still a 400)."""
     try:
         return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = location(_body_path(body, first["loc"])) or "body"
-        raise InvalidParameter(param, f"Invalid value for `{param}`: {first['msg']}.") from exc
+        raise ApiError(code, f"Invalid value for `{param}`: {first['msg']}.", param) from exc
+
+
+def parse_local(model: type[M], body: Mapping[str, Any]) -> M:
+    """`parse` for an /api body: a mismatch is 400 invalid_request (LOC-GEN-16)."""
+    return parse(model, body, "invalid_request")
 
 
 def _body_path(body: Any, loc: Sequence[Any]) -> Iterator[str | int]:

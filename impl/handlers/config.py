@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..models.locator import is_loopback_peer
-from .common import parse, state
+from .common import parse_local, state
 
 
 async def params() -> JSONResponse:
@@ -24,7 +24,7 @@ async def get_config() -> JSONResponse:
 
 async def put_config(body: dict[str, Any]) -> JSONResponse:
     """PUT /api/config (LOC-CONFIG-10..21): refusals per key come back in `rejected`."""
-    req = parse(api.ConfigUpdate, body)
+    req = parse_local(api.ConfigUpdate, body)
     local = is_loopback_peer(request.scope)
     change = state().config.update(req.values, req.reset or (), req.auto_plan, peer_local=local)
     return JSONResponse(change)

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..steering.admin import SteeringAdmin
-from .common import parse, state
+from .common import parse_local, state
 
 
 def _admin() -> SteeringAdmin:
@@ -27,7 +27,7 @@ async def get_profile(name: str) -> JSONResponse:
 
 async def put_profile(name: str, body: dict[str, Any]) -> JSONResponse:
     """PUT /api/profiles/{name}: create or replace."""
-    req = parse(api.ProfileInput, body)
+    req = parse_local(api.ProfileInput, body)
     fields = req.model_dump(mode="json")
     view, created = _admin().put_profile(name, fields)
     return JSONResponse(view, status_code=201 if created else 200)

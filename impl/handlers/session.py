@@ -14,7 +14,7 @@ from ..http.errors import ApiError
 from ..http.sse import named
 from ..models.listing import list_local
 from ..models.locator import is_loopback_peer
-from .common import parse, state
+from .common import parse_local, state
 
 PING_SECONDS = 15.0  # a `: ping` comment this often on a quiet stream (LOC-EVENTS-03)
 
@@ -26,9 +26,11 @@ async def info() -> JSONResponse:
 
 async def load(body: dict[str, Any] | None = None) -> JSONResponse:
     """POST /api/session/load: 202 once the load is under way (LOC-LOAD-03..05, -07;
-    LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads)."""
-    req = parse(api.LoadRequest, body or {})
+    LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads;
+    409 busy while another load runs, open point 8)."""
+    req = parse_local(api.LoadRequest, body or {})
     server = state()
+    server.session.refuse_if_loading()  # before `model` is set: a refused load changes nothing
     local = is_loopback_peer(request.scope)
     engine = str(server.config.values["engine"])
     if req.model is None:  # the configured model, if the stored config validates
@@ -48,8 +50,8 @@ async def load(body: dict[str, Any] | None = None) -> JSONResponse:
 
 
 async def unload() -> JSONResponse:
-    """POST /api/session/unload."""
-    return JSONResponse({"unloaded": await state().session.unload()})
+    """POST /api/session/unload: `{"ok": true}` (open point 8), and whether a model was loaded."""
+    return JSONResponse({"ok": True, "unloaded": await state().session.unload()})
 
 
 async def cancel() -> JSONResponse:

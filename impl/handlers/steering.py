@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..steering.admin import SteeringAdmin
-from .common import parse, state
+from .common import parse_local, state
 
 
 def _admin() -> SteeringAdmin:
@@ -27,7 +27,7 @@ async def get_steering() -> JSONResponse:
 
 async def attach_sae(body: dict[str, Any]) -> JSONResponse:
     """POST /api/steering/attachments."""
-    req = parse(api.AttachRequest, body)
+    req = parse_local(api.AttachRequest, body)
     view, created = _admin().attach(req.sae_id, req.layer)
     return JSONResponse(view, status_code=201 if created else 200)
 
@@ -41,7 +41,7 @@ async def set_live_values(
     sae_id: str, layer: int, body: dict[str, Any], model: str | None = None
 ) -> JSONResponse:
     """PUT /api/steering/attachments/{sae_id}/{layer}/features."""
-    req = parse(api.LiveValues, body)
+    req = parse_local(api.LiveValues, body)
     features = [f.model_dump() for f in req.features]
     return JSONResponse(_admin().set_values(sae_id, layer, model, features))
 
@@ -58,5 +58,5 @@ async def get_active_profile() -> JSONResponse:
 
 async def set_active_profile(body: dict[str, Any]) -> JSONResponse:
     """PUT /api/steering/active-profile."""
-    req = parse(api.ActiveProfileRequest, body)
+    req = parse_local(api.ActiveProfileRequest, body)
     return JSONResponse(_admin().activate(req.name))

@@ -14,6 +14,7 @@ STEERING = "X-miLLM-Steering"
 STEERING_INTENSITY = "X-miLLM-Steering-Intensity"
 SCORING_PRECISION = "X-miLLM-Scoring-Precision"
 CONSTRAINED = "X-miLLM-Constrained"
+TOOL_FORMAT = "X-miLLM-Tool-Format"
 SCORING_PRECISION_REASON = "X-miLLM-Scoring-Precision-Reason"
 
 _STRICT_VALUES = {"true": True, "1": True, "false": False, "0": False}

@@ -20,7 +20,8 @@ ends the request with an OpenAI-format error before any handler runs:
 The body is read whole (at most BODY_CAP bytes) before the app is called and
 replayed to it with its Content-Length (a chunked one too). Every response,
 refusals, errors and event streams alike, carries SECURITY_HEADERS exactly
-and never an `Access-Control-*` header.
+and never an `Access-Control-*` header; `x-request-id` is set around this
+middleware (http/request_id.py), so its refusals carry one too.
 """
 
 from __future__ import annotations

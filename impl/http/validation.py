@@ -2,13 +2,20 @@
 
 Connexion's JSON body validator raises RFC 7807 problems; this one raises
 ApiError with `param` as the failing field's path (`messages[0].role`).
+`/v1` answers `invalid_json` and `invalid_parameter`, except for a message
+`role` outside the known ones or of the wrong type, which is `invalid_request`
+as REQ-003 LOC-CHAT-04 says (document 000 names no code for it). `/api` answers
+`invalid_request` for a body that is not JSON, not a JSON object, or holds a
+field of the wrong JSON type (REQ-003 LOC-GEN-14..16); a value its schema
+refuses (a range, a choice, a missing field) is `invalid_parameter` there
+too (REQ-000 open point 9).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from connexion.validators import JSONRequestBodyValidator, ParameterValidator
 from jsonschema.exceptions import ValidationError, best_match
@@ -47,6 +54,13 @@ def _describe(error: ValidationError) -> tuple[str, str]:
 class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
     """JSON bodies checked against the operation's schema; failures as OpenAI errors."""
 
+    unparsable = "invalid_json"  # a body that is not JSON
+    mistyped = "invalid_parameter"  # no body, or a field of the wrong JSON type
+    invalid = "invalid_parameter"  # a value the schema refuses
+    by_field: ClassVar[dict[str, str]] = {
+        "role": "invalid_request"
+    }  # an unknown or mistyped role (LOC-CHAT-04)
+
     async def _parse(self, stream: Any, scope: Any) -> Any:
         raw = b"".join([message async for message in stream])
         if not raw:
@@ -54,16 +68,43 @@ class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
         try:
             return json.loads(raw.decode(self._encoding))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ApiError("invalid_json", f"The request body is not valid JSON: {exc}") from exc
+            raise ApiError(self.unparsable, f"The request body is not valid JSON: {exc}") from exc
 
     def _validate(self, body: Any) -> dict[str, Any] | None:
         if body is None:
-            raise ApiError("invalid_parameter", "The request needs a JSON body.", "body")
-        error = best_match(self._validator.iter_errors(body))
+            raise ApiError(self.mistyped, "The request needs a JSON body.", "body")
+        errors = list(self._validator.iter_errors(body))
+        error = best_match(errors)
         if error is not None:
             param, message = _describe(error)
-            raise InvalidParameter(param, message)
+            code = self.mistyped if _mistyped(error, errors) else self.invalid
+            if error.validator in {"enum", "type"} and error.absolute_path:
+                code = self.by_field.get(str(error.absolute_path[-1]), code)
+            raise ApiError(code, message, param)
         return None
+
+
+class LocalBodyValidator(OpenAIBodyValidator):
+    """`/api` bodies: a JSON object or nothing, else 400 invalid_request (LOC-GEN-14..16)."""
+
+    unparsable = mistyped = "invalid_request"
+
+    async def _parse(self, stream: Any, scope: Any) -> Any:
+        raw = b"".join([message async for message in stream])
+
+        async def replay() -> Any:
+            yield raw
+
+        body = await super()._parse(replay(), scope)
+        if raw.strip() and not isinstance(body, dict):  # `null` too: an empty body is none
+            shown = "null" if body is None else type(body).__name__
+            raise ApiError(self.mistyped, f"The request body must be a JSON object, not {shown}.")
+        return body
+
+
+def _mistyped(error: ValidationError, errors: list[ValidationError]) -> bool:
+    """Whether the field `error` names has the wrong JSON type (a `type` error there)."""
+    return any(e.validator == "type" and e.absolute_path == error.absolute_path for e in errors)
 
 
 class OpenAIParameterValidator(ParameterValidator):  # type: ignore[misc]

@@ -1,7 +1,8 @@
 """The config: parameter values over the server's defaults, persisted (LOC-CONFIG).
 
-Layers: the table's defaults < the launch settings (`--model`, `--threads`,
-`--default-max-tokens`, `--data-dir`) < the values the user set. Only the
+Layers: the table's defaults < the launch flags (the settings' `--model`,
+`--threads`, `--default-max-tokens`, `--data-dir`, and every other row's own
+flag, e.g. `--temp`) < the values the user set. Only the
 user's values are saved, so a key not in `user_keys` follows the current
 default after an upgrade (LOC-CONC-12). `settings.json` in the data
 directory is `{"values": {user-set keys}, "user_keys": [...], "auto_plan":
@@ -40,11 +41,15 @@ class Publisher(Protocol):
     def publish(self, name: str, data: dict[str, Any]) -> None: ...
 
 
-def _launch(settings: Settings, launch_id: str | None) -> dict[str, tuple[Any, bool]]:
+def _launch(
+    settings: Settings, launch_id: str | None, flags: Mapping[str, Any] | None = None
+) -> dict[str, tuple[Any, bool]]:
     """Each launch setting's parameter value, and whether the operator gave it (a setting
-    that differs from its built-in default came from its flag or environment variable)."""
+    that differs from its built-in default came from its flag or environment variable);
+    `flags` are the rows' own flags as given (params.launch_values), all the operator's."""
     built_in = Settings()
-    return {
+    given = {key: (value, True) for key, value in (flags or {}).items()}
+    return given | {
         "model": (launch_id or settings.model or "", settings.model is not None),
         "threads": (settings.threads or AUTO, settings.threads != built_in.threads),
         "n-predict": (
@@ -55,17 +60,22 @@ def _launch(settings: Settings, launch_id: str | None) -> dict[str, tuple[Any, b
     }
 
 
-def operator_keys(settings: Settings, launch_id: str | None) -> tuple[str, ...]:
+def operator_keys(
+    settings: Settings, launch_id: str | None, flags: Mapping[str, Any] | None = None
+) -> tuple[str, ...]:
     """The parameters the operator set at launch (REQ-003 open point 31)."""
-    return tuple(key for key, (_, given) in _launch(settings, launch_id).items() if given)
+    launch = _launch(settings, launch_id, flags)
+    return tuple(key for key, (_, given) in launch.items() if given)
 
 
-def server_defaults(settings: Settings, launch_id: str | None) -> dict[str, Any]:
+def server_defaults(
+    settings: Settings, launch_id: str | None, flags: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The table's defaults with the launch settings laid over them (LOC-PARAMS-03):
     default < launch flags < the user's values (open point 31)."""
     defaults = {param.key: param.default for param in table()}
     rows = by_key()
-    for key, (value, _) in _launch(settings, launch_id).items():
+    for key, (value, _) in _launch(settings, launch_id, flags).items():
         try:
             defaults[key] = rows[key].parse(value)
         except Refused as exc:
@@ -120,11 +130,13 @@ class ConfigService:
         launch_id: str | None,
         manager: ModelManager,
         locator: ModelLocator,
+        flags: Mapping[str, Any] | None = None,
     ) -> ConfigService:
-        defaults = server_defaults(settings, launch_id)
+        """`flags`: the rows' own launch flags as given (params.launch_values)."""
+        defaults = server_defaults(settings, launch_id, flags)
         path = settings.data_dir / SETTINGS_FILE
         service = cls(defaults, path, bus, manager, locator)
-        service.operator_keys = operator_keys(settings, launch_id)
+        service.operator_keys = operator_keys(settings, launch_id, flags)
         return service
 
     # -- reading -------------------------------------------------------------------
@@ -139,8 +151,17 @@ class ConfigService:
         return RequestDefaults.of(self.values)
 
     def load_options(self) -> LoadOptions:
-        """How the next load goes: the session parameters (LOC-CONC-10; docs/LOCAL.md)."""
+        """How the next load goes: the session parameters (LOC-CONC-10; docs/LOCAL.md).
+
+        This build runs on the CPU: `n-gpu-layers` other than 0 is turned off for the
+        load, with a warning (a `log` event with level `warn`, LOC-LOAD-12)."""
         values = self.values
+        if values["n-gpu-layers"] != 0:
+            log.warning(
+                "n-gpu-layers %s turned off: this build runs on the CPU, so the model "
+                "loads with no layer offloaded (0)",
+                values["n-gpu-layers"],
+            )
 
         def count(key: str) -> int:
             return 0 if values[key] == AUTO else int(values[key])
@@ -236,8 +257,6 @@ class ConfigService:
 
     def _validate(self, values: Mapping[str, Any]) -> str:
         """Cross-field checks (LOC-CONFIG-05/06): "" when the config can be loaded."""
-        if values["n-gpu-layers"] != 0:
-            return "`n-gpu-layers` must be 0: this build runs on the CPU."
         model = values["model"]
         if not model:
             return "No model is set: set `model` to a path or a model id."
@@ -316,10 +335,11 @@ def launch_args(values: Mapping[str, Any]) -> list[str]:
     args: list[str] = []
     for param in table():
         value = values[param.key]
-        if param.flag is None or value is False or value == "":
+        if param.flag is None or value == "":
             continue
-        if value is True:
-            args.append(param.flag)
+        if isinstance(value, bool):
+            switch = param.switch(value)
+            args += [] if switch is None else [switch]
         elif value == AUTO and param.type in ("int", "float"):
             args += [param.flag, param.flag_auto or AUTO]
         else:

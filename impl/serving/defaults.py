@@ -15,8 +15,8 @@ them once in the UI and every client without an opinion follows:
     think (LOC-CHAT-32)      think               false
 
 `max_tokens` above `n-predict`'s maximum is clamped to it (LOC-SEC-41,
-LOC-CHAT-23). A configured seed applies only where the engine honours seeds
-(transformers), and is echoed in `X-miLLM-Seed` as a request's seed is. Scoring
+LOC-CHAT-23). A configured seed applies where the engine honours seeds (both
+engines do), and is echoed in `X-miLLM-Seed` as a request's seed is. Scoring
 requests take none of these: they are greedy and one token by definition.
 """
 

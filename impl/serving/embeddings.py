@@ -26,6 +26,7 @@ from ..models.manager import ModelManager
 from ..models.registry import GGUF
 from ..settings import Settings
 from .policy import report_unused, review
+from .requests import Entry, check_ids, entries
 from .scheduler import Scheduler
 from .service import Reply
 from .slots import slot_with_model
@@ -37,18 +38,15 @@ DISABLED = (
 )
 
 
-def _texts(raw: Any) -> tuple[list[str], bool]:
-    """The inputs, and whether `input` was a single string (for `param`)."""
-    value = getattr(raw, "root", raw)
-    single = isinstance(value, str)
-    texts = [value] if single else list(value)
-    if not texts:
-        raise InvalidParameter("input", "input is empty: send a string or a non-empty list.")
-    empty = [i for i, text in enumerate(texts) if text == ""]
+def _inputs(raw: Any) -> tuple[list[Entry], bool]:
+    """The inputs (strings or token-id tuples), and whether `input` was a single one (a
+    string or one id list: `param` is then `input`, not `input[i]`)."""
+    inputs, single = entries(raw, "input")
+    empty = [i for i, value in enumerate(inputs) if value == ""]
     if empty:
         where = "input" if single else f"input[{empty[0]}]"
         raise InvalidParameter("input", f"{where} is an empty string: nothing to embed.")
-    return texts, single
+    return inputs, single
 
 
 def _too_long(counts: Sequence[int], limit: int, single: bool) -> ApiError:
@@ -103,11 +101,11 @@ class EmbeddingService:
         self, req: v1.EmbeddingRequest, raw: Mapping[str, Any], request_headers: Mapping[str, str]
     ) -> Reply:
         strict = hdr.strict_mode(request_headers)
-        texts, single = _texts(req.input)
+        inputs, single = _inputs(req.input)
         cap = self._settings.embeddings_max_inputs
-        if len(texts) > cap:
+        if len(inputs) > cap:
             raise InvalidParameter(
-                "input", f"input holds {len(texts)} strings; at most {cap} (EMBEDDINGS_MAX_INPUTS)."
+                "input", f"input holds {len(inputs)} inputs; at most {cap} (EMBEDDINGS_MAX_INPUTS)."
             )
         entry = self._manager.entry(req.model)
         capabilities = self._manager.capabilities(entry)
@@ -126,7 +124,10 @@ class EmbeddingService:
             self._manager, self._scheduler, self._settings, entry
         )
         try:
-            ids = [await self._ids(engine, text) for text in texts]
+            vocab = engine.facts.vocab_size
+            ids = [
+                await self._ids(engine, value, vocab, single, i) for i, value in enumerate(inputs)
+            ]
             limit = engine.embedding_limit
             if limit and any(len(i) > limit for i in ids):
                 raise _too_long([len(i) for i in ids], limit, single)
@@ -148,5 +149,13 @@ class EmbeddingService:
         body = {"object": "list", "data": data, "model": entry.model_id, "usage": usage}
         return Reply(body, headers)
 
-    async def _ids(self, engine: Engine, text: str) -> list[int]:
-        return await self._manager.tokenize(partial(engine.tokenize, text, add_special_tokens=True))
+    async def _ids(
+        self, engine: Engine, value: Entry, vocab_size: int, single: bool, i: int
+    ) -> list[int]:
+        """Input i's ids: a string tokenized (special tokens added), ids as sent once
+        each is within the vocabulary."""
+        if isinstance(value, str):
+            tokenize = partial(engine.tokenize, value, add_special_tokens=True)
+            return await self._manager.tokenize(tokenize)
+        check_ids(value, "input" if single else f"input[{i}]", vocab_size)
+        return list(value)

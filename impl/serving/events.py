@@ -17,6 +17,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ..http.request_id import NONE, RequestIdFilter
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -76,14 +78,24 @@ _LEVELS = {logging.DEBUG: "info", logging.INFO: "info", logging.WARNING: "warn"}
 
 
 class LogEvents(logging.Handler):
-    """The server's own log records (info and up) as `log` events (LOC-EVENTS-26)."""
+    """The server's own log records (info and up) as `log` events (LOC-EVENTS-26), each
+    with the `request_id` it was logged for (null outside a request)."""
 
     def __init__(self, bus: EventBus) -> None:
         super().__init__(logging.INFO)
         self._bus = bus
+        self.addFilter(RequestIdFilter())
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self._bus.listening:
             return
         level = _LEVELS.get(record.levelno, "error")
-        self._bus.publish("log", {"level": level, "message": record.getMessage()})
+        rid = getattr(record, "request_id", NONE)
+        self._bus.publish(
+            "log",
+            {
+                "level": level,
+                "message": record.getMessage(),
+                "request_id": None if rid == NONE else rid,
+            },
+        )

@@ -2,12 +2,16 @@
 
 `table()` is the rows in form order; `Param.parse` turns a JSON value into
 the row's value or says why it cannot (LOC-CONC-04..06, LOC-PARAMS-13/15).
+Each row's `flag` is a `miserver serve` flag (LOC-PARAMS-09): `add_flags`
+adds those the settings do not already give, and `launch_values` reads them
+back as the launch layer of the config (REQ-003 open point 31).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -36,6 +40,7 @@ class Param:
     minimum: float | None
     maximum: float | None
     choices: tuple[str, ...]
+    switches: tuple[tuple[str, Any], ...]  # a boolean's flags and the value each gives
     wire: Mapping[str, Any]  # the row as GET /api/params serves it
 
     @classmethod
@@ -52,6 +57,7 @@ class Param:
             minimum=row.get("min"),
             maximum=row.get("max"),
             choices=tuple(c["value"] for c in row.get("choices", ())),
+            switches=tuple((s["flag"], s["value"]) for s in row.get("switches", ())),
             wire={k: v for k, v in row.items() if k not in _INTERNAL},
         )
 
@@ -66,6 +72,23 @@ class Param:
                 raise Refused('"auto" is not accepted')
             return AUTO
         return _PARSERS[self.type](self, value)
+
+    def from_text(self, text: str) -> Any:
+        """A command-line value as the row's value (argparse's `type`)."""
+        try:
+            raw: Any = text
+            if self.type == "int" and text != AUTO:
+                raw = int(text)
+            elif self.type == "float" and text != AUTO:
+                raw = float(text)
+            return self.parse(raw)
+        except (ValueError, Refused) as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from exc
+
+    def switch(self, value: Any) -> str | None:
+        """The flag that gives a boolean `value` (the bare `flag` for true)."""
+        found = next((flag for flag, given in self.switches if given is value), None)
+        return found if found is not None or value is not True else self.flag
 
     def _number(self, value: float) -> None:
         if self.minimum is not None and value < self.minimum:
@@ -128,6 +151,31 @@ def table() -> Sequence[Param]:
 
 def by_key() -> Mapping[str, Param]:
     return {param.key: param for param in table()}
+
+
+def _dest(param: Param) -> str:
+    return f"param:{param.key}"
+
+
+def add_flags(parser: argparse.ArgumentParser, taken: Collection[str]) -> None:
+    """A `miserver serve` flag for each row whose flag is not in `taken` (the settings')."""
+    for param in table():
+        if param.flag is None or param.flag in taken:
+            continue
+        help = str(param.wire["help"])
+        if param.switches:
+            for flag, value in param.switches:
+                parser.add_argument(
+                    flag, dest=_dest(param), action="store_const", const=value, help=help
+                )
+        else:
+            parser.add_argument(param.flag, dest=_dest(param), type=param.from_text, help=help)
+
+
+def launch_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The rows' values given as flags (`add_flags`), by key."""
+    given = {p.key: getattr(args, _dest(p), None) for p in table()}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def described() -> list[dict[str, Any]]:

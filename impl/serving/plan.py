@@ -35,11 +35,11 @@ from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob
 from .reasoning import ReasoningPlan, reasoning_plan
 from .replies import ReplyStream, whole
-from .requests import GenerationRequest, Prompt
+from .requests import GenerationRequest, Prompt, TokenPrompt
 from .response_format import OutputFormat
 from .scheduler import Ticket
 from .telemetry import Meter
-from .tools import ToolAsk, ToolPlan, tool_plan
+from .tools import ToolAsk, ToolPlan, shown, tool_plan
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ class Plan:
 
     @property
     def constraint(self) -> Constraint | None:
-        """The grammar every choice is generated under: the output format's, or a forced
-        call's continuation (the two are never combined: OAI-SO-26)."""
+        """The grammar every choice is generated under: the output format's, or the tools'
+        (a forced call's continuation, a generic document; never both: OAI-SO-26)."""
         if self.output is not None:
             return self.output.constraint
         return None if self.tools is None else self.tools.constraint
@@ -156,12 +156,17 @@ class Tally:
         return shapes.usage(prompt, self.completion, self.cached)
 
 
-def prompt_ids(engine: Engine, prompt: Prompt, row: int = 0) -> list[int]:
-    """The ids of one prompt; a template's refusal names the row's messages."""
+def prompt_ids(
+    engine: Engine, prompt: Prompt, row: int = 0, tools: ToolPlan | None = None
+) -> list[int]:
+    """The ids of one prompt, its tools shown; a refusal names the row's messages."""
+    if isinstance(prompt, TokenPrompt):  # sent as ids: checked, never tokenized
+        return prompt.checked(engine.facts.vocab_size)
     if not isinstance(prompt, ChatPrompt):
         return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
     try:
-        return engine.render_chat(prompt)
+        honoured = "tools" in engine.capabilities
+        return engine.render_chat(shown(tools, prompt, engine.chat_template, honoured))
     except PromptError as exc:
         # Row 0 is `messages`; row k the (k-1)th `extra_messages` conversation (CSCORE-21).
         param = (
@@ -176,9 +181,7 @@ async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
     """Tokenize every prompt and fix its budget; refusals before any generation."""
     plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
     for i, prompt in enumerate(plan.request.prompts):
-        if plan.tools is not None and isinstance(prompt, ChatPrompt):
-            prompt = plan.tools.prompt(prompt)
-        ids = await manager.tokenize(partial(prompt_ids, engine, prompt, i))
+        ids = await manager.tokenize(partial(prompt_ids, engine, prompt, i, plan.tools))
         if not ids:
             where = "prompt" if plan.request.endpoint == "completions" else "messages"
             code = (
@@ -191,12 +194,13 @@ async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
         plan.reasoning = await manager.tokenize(partial(reasoning_plan, engine, plan.prompt_ids))
     if plan.output is not None:
         await _compile(plan.output, engine, manager)
-    if plan.tools is not None and plan.tools.constraint is not None:
+    while plan.tools is not None and plan.tools.constraint is not None:
         try:
             await manager.tokenize(partial(engine.compile_constraint, plan.tools.constraint))
-        except ConstraintUnsupported as exc:  # the call stays forced by its opening alone
-            log.warning("a forced call's arguments are not constrained: %s", exc)
-            plan.tools = replace(plan.tools, constraint=None)
+            break
+        except ConstraintUnsupported as exc:  # looser: any object as arguments, then none
+            log.warning("the tool call constraint is loosened: %s", exc)
+            plan.tools = plan.tools.loosened()
 
 
 def _may_reason(plan: Plan) -> bool:

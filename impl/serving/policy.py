@@ -3,7 +3,8 @@
 `review()` decides, before any model load, what a request does with each
 field: honoured, reported (returned as locations for X-miLLM-Ignored-Fields)
 or refused (raises FieldNotHonoured). A field the schema does not declare is
-reported wherever it appears.
+reported wherever it appears. An explicit `null`, for any field at any depth,
+known or not, means "no change": never reported, never refused (OAI-VALID-32).
 """
 
 from __future__ import annotations
@@ -127,13 +128,16 @@ def _message_fields(
 
 
 def undeclared(value: Any, schema: Schema, location: str = "") -> Iterator[str]:
-    """Locations of object members the schema does not declare, depth first."""
+    """Locations of object members the schema does not declare, depth first; a member
+    whose value is null is none (OAI-VALID-32)."""
     if isinstance(value, dict):
         props = schema.properties()
         if props is None:
             return
         for name, member in value.items():
             here = f"{location}.{encode_name(name)}" if location else encode_name(name)
+            if member is None:
+                continue
             if name not in props:
                 yield here
             else:

@@ -2,10 +2,11 @@
 
 The reasoning span is split off first (reasoning.py), so a span before a
 call is reasoning, never content; the calls are then parsed from the answer
-alone (tools.py). A reply in which the parsers find no answer, reasoning or
-call is returned raw as content, with a warning, rather than as an empty
-message (LOC-CHAT-41). `ReplyStream` does the same for a stream, sending
-reasoning and answer text as soon as no later text can change them.
+alone (tools.py), or a generic document's content read out of it. A reply
+in which the parsers find no answer, reasoning or call is returned raw as
+content, with a warning, rather than as an empty message (LOC-CHAT-41).
+`ReplyStream` does the same for a stream, sending reasoning and answer text
+as soon as no later text can change them.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def whole(text: str, split: Split | None, tools: ToolPlan | None) -> Answer:
     answer = text if split is None else split.answer
     parsed = None if tools is None else tools.parse(answer)
     reasoning = None if split is None else split.reasoning or None
-    if parsed is not None:
-        return Answer(parsed.content, reasoning, wire_calls(parsed.calls))
+    if parsed is not None:  # calls, or a generic document's content
+        return Answer(parsed.content, reasoning, wire_calls(parsed.calls) or None)
     if split is not None and not reasoning and not answer and text:
         return Answer(_raw_instead(text))
     return Answer(answer, reasoning)
@@ -93,9 +94,9 @@ class ReplyStream:
         calls = None
         if self._tools is not None and self._calls is not None:
             parsed = self._tools.parse(self._calls.text)
-            if parsed is not None:
+            if parsed is not None and parsed.calls:
                 calls = wire_calls(parsed.calls)
-            else:
+            else:  # what is held is content: raw, or a generic document's text
                 piece = Piece(piece.reasoning, piece.content + self._calls.rest())
                 self._sent = self._sent or bool(piece)
         if self._spans is not None and not self._sent and calls is None and self._raw:

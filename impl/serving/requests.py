@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -21,7 +22,25 @@ class TextPrompt:
     add_special_tokens: bool
 
 
-Prompt = ChatPrompt | TextPrompt
+@dataclass(frozen=True, slots=True)
+class TokenPrompt:
+    """A prompt sent as token ids: it reaches the engine as it is, never tokenized.
+
+    `where` is its place in the body (`prompt` for an `int[]`, `prompt[i]` in an
+    `int[][]`); an id outside the vocabulary is named `{where}[j]`.
+    """
+
+    ids: tuple[int, ...]
+    where: str
+
+    def checked(self, vocab_size: int) -> list[int]:
+        """The ids, once each is known to be below the model's vocabulary size."""
+        check_ids(self.ids, self.where, vocab_size)
+        return list(self.ids)
+
+
+Prompt = ChatPrompt | TextPrompt | TokenPrompt
+Entry: TypeAlias = str | tuple[int, ...]  # one `prompt` or `input` entry: text or token ids
 Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
 
 
@@ -48,6 +67,48 @@ class GenerationRequest:
 def _value(raw: Any) -> Any:
     """A generated RootModel's value, or the value itself."""
     return getattr(raw, "root", raw)
+
+
+def entries(raw: Any, name: str) -> tuple[list[Entry], bool]:
+    """`prompt` or `input` (`name`): a string, strings, token ids or token-id lists, as its
+    entries, and whether it was a single one (a string or one id list), whose `param` is
+    then the field itself (`prompt`, `prompt[j]`) rather than an entry (`prompt[i][j]`).
+
+    Refused before any load: an empty list, an empty id list, a negative id.
+    """
+    value = _value(raw)
+    if isinstance(value, str):
+        return [value], True
+    items = [_value(item) for item in value]
+    if not items:
+        raise InvalidParameter(name, f"{name} is empty: send a string or a non-empty list.")
+    if isinstance(items[0], int):
+        return [_ids(items, name)], True
+    return [
+        item if isinstance(item, str) else _ids(item, f"{name}[{i}]")
+        for i, item in enumerate(items)
+    ], False
+
+
+def _ids(raw: Sequence[int], where: str) -> tuple[int, ...]:
+    if not raw:
+        raise InvalidParameter(where, f"{where} is an empty list of token ids.")
+    ids = tuple(raw)
+    check_ids(ids, where, None)
+    return ids
+
+
+def check_ids(ids: Sequence[int], where: str, vocab_size: int | None) -> None:
+    """Refuse a negative id, or (once the model is known) one not below `vocab_size`,
+    naming it `{where}[j]`."""
+    top = math.inf if vocab_size is None else vocab_size
+    if min(ids) >= 0 and max(ids) < top:
+        return
+    j, bad = next((j, i) for j, i in enumerate(ids) if not 0 <= i < top)
+    known = "" if vocab_size is None else f" (0..{vocab_size - 1})"
+    raise InvalidParameter(
+        f"{where}[{j}]", f"{where}[{j}] is token id {bad}, outside the model's vocabulary{known}."
+    )
 
 
 def _max_tokens(a: int | None, b: int | None) -> int | None:
@@ -175,8 +236,13 @@ def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:
 
 
 def completion_request(req: v1.CompletionRequest) -> GenerationRequest:
-    """A text completion request: one prompt per list entry."""
-    raw = _value(req.prompt)
-    texts = [raw] if isinstance(raw, str) else list(raw)
+    """A text completion request: one prompt per string or token-id list (OAI-CMPL-02)."""
+    found, single = entries(req.prompt, "prompt")
     add = True if req.add_special_tokens is None else req.add_special_tokens
-    return _common("completions", req, tuple(TextPrompt(t, add) for t in texts))
+    prompts = tuple(
+        TextPrompt(entry, add)
+        if isinstance(entry, str)
+        else TokenPrompt(entry, "prompt" if single else f"prompt[{i}]")
+        for i, entry in enumerate(found)
+    )
+    return _common("completions", req, prompts)

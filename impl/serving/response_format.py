@@ -112,12 +112,14 @@ def output_format(raw: Mapping[str, Any]) -> OutputFormat | None:
     return OutputFormat("json_schema", str(spec.get("name", "")), schema)
 
 
-def check_combination(
-    raw: Mapping[str, Any], *, stream: bool, stops: bool, scoring: bool, tools: bool
-) -> None:
-    """Refuse what cannot be combined with a constrained output (OAI-SO-14..16, -26)."""
+def check_combination(raw: Mapping[str, Any], *, stops: bool, scoring: bool, tools: bool) -> None:
+    """Refuse what cannot be combined with a constrained output (OAI-SO-15, -16, -26).
+
+    A stream is served (OAI-SO-14's refusal is superseded, docs/DECISIONS.md): its
+    document is validated once it ends, and one that fails ends the stream in an error
+    event instead of a finish chunk.
+    """
     reasons = [
-        (stream, PARAM, "cannot be streamed: the document is validated once it is complete"),
         (
             stops,
             PARAM,

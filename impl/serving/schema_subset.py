@@ -96,6 +96,37 @@ def _check(
         yield from _walk(value, here, depth + 1, rules)
 
 
+def within(schema: Any) -> Any:
+    """`schema` less every keyword outside the subset, at any depth: a looser schema that the
+    grammar can enforce (tool arguments: a client's tool is never refused for a keyword).
+
+    An object that named other members by `patternProperties` admits any other member once
+    that keyword is gone (`additionalProperties: true` unless it says otherwise), so
+    removing a keyword never forbids what the schema allowed.
+    """
+    if not isinstance(schema, Mapping):
+        return schema
+    rules = subset()
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        rule = rules.supported.get(key)
+        if key in rules.ignored:
+            out[key] = value
+        elif rule is None or ("local" in rule and not str(value).startswith(rule["local"])):
+            continue
+        elif rule.get("children") == "map" and isinstance(value, Mapping):
+            out[key] = {name: within(child) for name, child in value.items()}
+        elif rule.get("children") == "list" and isinstance(value, list):
+            out[key] = [within(child) for child in value]
+        elif rule.get("children") in {"schema", "schema_or_bool"}:
+            out[key] = within(value)
+        else:
+            out[key] = value
+    if "patternProperties" in schema:
+        out.setdefault("additionalProperties", True)
+    return out
+
+
 def problems(schema: Any) -> list[str]:
     """Every way `schema` leaves the subset, each with its JSON pointer."""
     rules = subset()

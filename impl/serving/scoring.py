@@ -4,7 +4,10 @@ A `/v1/completions` request with `logprobs` or `allowed_token_ids`, or a
 chat request with `logprobs: true` or `allowed_token_ids`, is a scoring
 request. `scoring_ask` checks its cross-field rules (max_tokens 1, n 1, no
 stream, no temperature in (0, 0.001), no steering or structured-output
-field) before any model load; `ScoringReply` shapes the engine's `Scored`
+field) before any model load; a broken rule is `400 invalid_parameter`
+naming the field (REQ-000 open point 9), while `invalid_scoring_request` is
+kept for an id outside the vocabulary and a prompt of no tokens
+(OAI-ERR-16); `ScoringReply` shapes the engine's `Scored`
 results the way OpenAI legacy completions / chat completions and vLLM do.
 
 Token keys: by default a token is keyed by its decoded text (special tokens
@@ -31,9 +34,9 @@ UNUSED_FIELDS = (
     "stop",
     "frequency_penalty",
     "presence_penalty",
-    "seed",
     "stream_options",
 )  # no effect on one scored token (OAI-SCORE-14): reported as unused (OAI-VALID-02)
+# `seed` is not among them: it is accepted and echoed, and changes nothing (OAI-SEED-10).
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,9 @@ class ScoringAsk:
         )
 
 
-def _refuse(code: str, param: str, message: str) -> ApiError:
-    return ApiError(code, message, param)
+def _outside(param: str, message: str) -> ApiError:
+    """An id outside the vocabulary (OAI-ERR-16, OAI-SCORE-19)."""
+    return ApiError("invalid_scoring_request", message, param)
 
 
 def scoring_ask(endpoint: str, raw: Any) -> ScoringAsk | None:
@@ -71,9 +75,10 @@ def scoring_ask(endpoint: str, raw: Any) -> ScoringAsk | None:
     if endpoint == "chat":
         wants = raw.logprobs is True
         alternatives = raw.top_logprobs or 0
-    else:
-        wants = raw.logprobs is not None
-        alternatives = raw.logprobs or 0
+    else:  # an integer, not `false` (no change: REQ-000 open point 12)
+        count = getattr(raw.logprobs, "root", raw.logprobs)
+        wants = isinstance(count, int) and not isinstance(count, bool)
+        alternatives = count if wants else 0
     if not wants and allowed is None:
         return None
     return ScoringAsk(
@@ -102,19 +107,17 @@ def check_mode(
 ) -> None:
     """Scoring mode's rules (OAI-SCORE-09/10/26..30/32, OAI-CSCORE-04..07/24)."""
     if max_tokens != 1:
-        raise _refuse(
-            "invalid_scoring_request",
+        raise InvalidParameter(
             "max_tokens",
             "Scoring mode (logprobs or allowed_token_ids) needs max_tokens: 1 "
             f"(got {max_tokens}); nothing is generated, one next token is scored.",
         )
     if n != 1:
-        raise _refuse("invalid_scoring_request", "n", "Scoring mode needs n: 1.")
+        raise InvalidParameter("n", "Scoring mode needs n: 1.")
     if stream:
-        raise _refuse("invalid_scoring_request", "stream", "Scoring mode cannot stream.")
+        raise InvalidParameter("stream", "Scoring mode cannot stream.")
     if 0 < temperature < MIN_TEMPERATURE:
-        raise _refuse(
-            "invalid_scoring_request",
+        raise InvalidParameter(
             "temperature",
             f"A scoring temperature must be 0 or at least {MIN_TEMPERATURE} "
             f"(got {temperature}, which would overflow the logits).",
@@ -128,11 +131,10 @@ def _allowed(ids: Sequence[int] | None) -> tuple[int, ...] | None:
     if ids is None:
         return None
     if not ids:
-        raise _refuse("invalid_scoring_request", "allowed_token_ids", "allowed_token_ids is empty.")
+        raise InvalidParameter("allowed_token_ids", "allowed_token_ids is empty.")
     for i, token_id in enumerate(ids):
         if token_id < 0:
-            raise _refuse(
-                "invalid_scoring_request",
+            raise _outside(
                 f"allowed_token_ids[{i}]",
                 f"Token id {token_id} is not in the model's vocabulary.",
             )
@@ -143,8 +145,7 @@ def check_vocabulary(ask: ScoringAsk, vocab_size: int) -> None:
     """Refuse ids outside the loaded model's vocabulary (OAI-SCORE-19)."""
     for i, token_id in enumerate(ask.allowed or ()):
         if token_id >= vocab_size:
-            raise _refuse(
-                "invalid_scoring_request",
+            raise _outside(
                 f"allowed_token_ids[{i}]",
                 f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
             )
@@ -180,7 +181,7 @@ class ScoringReply:
         if self.endpoint == "chat":
             return {
                 "index": index,
-                "message": {"role": "assistant", "content": text},
+                "message": {"role": "assistant", "content": text, "refusal": None},
                 "logprobs": self._chat_logprobs(scored) if self.ask.logprobs else None,
                 "finish_reason": "length",
             }

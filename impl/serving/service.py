@@ -36,7 +36,7 @@ from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_ch
 from .plan import Plan, Tally, job, prepare, unless_halted, without_unused
 from .policy import honours, report_unused, review
 from .replies import Piece
-from .requests import GenerationRequest, TextPrompt
+from .requests import GenerationRequest, TextPrompt, TokenPrompt
 from .response_format import check_combination, output_format
 from .scheduler import Scheduler, Ticket
 from .scoring import (
@@ -51,7 +51,7 @@ from .session import Session
 from .slots import slot_with_model
 from .telemetry import Meter
 from .thinking import settle, with_thinking
-from .tools import tool_ask
+from .tools import format_header, tool_ask
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,6 @@ class CompletionService:
         if output is not None:
             check_combination(
                 raw,
-                stream=req.stream,
                 stops=bool(req.stops),
                 scoring=req.scoring is not None,
                 tools=bool(raw.get("tools")),
@@ -152,6 +151,8 @@ class CompletionService:
                 stream=req.stream,
                 temperature=req.temperature,
             )
+            if req.seed is not None:  # accepted and echoed; it changes nothing (OAI-SEED-10)
+                headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
             self._manager.refuse_if_busy()
             return await self._score(Plan(req, entry, defaults=defaults), headers, req.scoring)
         echo = self._steering(req, entry).echo
@@ -160,8 +161,7 @@ class CompletionService:
         self._manager.refuse_if_busy()
         req = defaults.apply(req, raw, seeds="seed" in capabilities)
         if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
-            batched = req.endpoint == "chat" and len(req.prompts) > 1  # OAI-SEED-06
-            headers[hdr.SEED] = hdr.seed(req.seed, "batch-shape" if batched else "request")
+            headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
         used = without_unused(req, ignored)  # after it: the server's own template variable
         used = used if thinking is None else with_thinking(used, thinking)
         plan = Plan(used, entry, output=output, tool_ask=tools, defaults=defaults)
@@ -237,7 +237,11 @@ class CompletionService:
                     "scoring_precision",
                     headers={hdr.SCORING_PRECISION_REASON: exc.reason},
                 ) from exc
-            chars = len(prompt.text) if isinstance(prompt, TextPrompt) else 0
+            chars = 0  # a chat's offset; a token prompt's is the text its ids stand for
+            if isinstance(prompt, TextPrompt):
+                chars = len(prompt.text)
+            elif isinstance(prompt, TokenPrompt):
+                chars = len(engine.decode(prompt.ids, keep_special=True))
             choices.append(reply.choice(i, result, chars))
         return choices
 
@@ -257,7 +261,8 @@ class CompletionService:
             self._scheduler.leave(ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
-        return Reply(body, {**headers, hdr.STEERING: plan.steering_header()})
+        steering = plan.steering_header()
+        return Reply(body, {**headers, **format_header(plan.tools), hdr.STEERING: steering})
 
     @contextmanager
     def _generating(self) -> Iterator[None]:
@@ -321,7 +326,7 @@ class CompletionService:
         # A stream whose body never starts (client gone first) still gives its place back.
         loop = asyncio.get_running_loop()
         weakref.finalize(events, loop.call_soon_threadsafe, self._scheduler.leave, ticket)
-        return StreamReply(events, headers)
+        return StreamReply(events, {**headers, **format_header(plan.tools)})
 
     async def _events(
         self, plan: Plan, ticket: Ticket
@@ -332,49 +337,67 @@ class CompletionService:
             engine = await self._manager.ensure(plan.entry)
             self._start_steering(plan, engine)
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
+            out = env.chunks(shapes.fingerprint(engine.facts), plan.request.include_usage)
             tally = Tally()
+            last = len(plan.request.prompts) - 1
             with self._generating():
-                for i in range(len(plan.request.prompts)):
-                    async for chunk in self._choice_chunks(plan, engine, env, i, ticket):
-                        if isinstance(chunk, ChoiceEnd):
-                            tally.add(chunk, first_of_prompt=True)
+                for i in range(last + 1):
+                    async for item in self._choice_chunks(plan, engine, out, i, ticket):
+                        if isinstance(item, _Finished):
+                            tally.add(item.end, first_of_prompt=True)
+                            # one usage per stream: the whole request's, never per choice
+                            usage = tally.usage(plan) if i == last else None
+                            yield out.finish([item.choice], usage)
                         else:
-                            yield chunk
-            if plan.request.include_usage:
-                yield env.chunk([], usage=tally.usage(plan))
-            yield env.steering_chunk(plan.steering_header())
+                            yield item
+            yield out.last(plan.steering_header(), tally.usage(plan))
         finally:
             self._scheduler.leave(ticket)
 
     async def _choice_chunks(
-        self, plan: Plan, engine: Engine, env: shapes.Envelope, i: int, ticket: Ticket
-    ) -> AsyncIterator[dict[str, Any] | ChoiceEnd]:
+        self, plan: Plan, engine: Engine, out: shapes.Chunks, i: int, ticket: Ticket
+    ) -> AsyncIterator[dict[str, Any] | _Finished]:
+        """Prompt i's content chunks, then its finish (the caller adds the usage)."""
         endpoint = plan.request.endpoint
         if endpoint == "chat":
-            yield env.chunk([shapes.delta(endpoint, i, "", None, role=True)])
+            yield out.content([shapes.delta(endpoint, i, "", None, role=True)])
         work = job(plan, i, engine.new_rng(plan.request.seed), ticket, self._meter(plan, i))
         reply = plan.reply_stream(i)
+        document: list[str] = []  # a constrained reply, validated once it ends
         async for event in stream_choice(engine, work, self._executor):
             if isinstance(event, TextDelta):
+                if plan.output is not None:
+                    document.append(event.text)
                 if piece := reply.push(event.text):
-                    yield env.chunk([_delta(endpoint, i, piece)])
+                    yield out.content([_delta(endpoint, i, piece)])
             elif isinstance(event, ChoiceFailed):
                 raise event.error
             else:
                 unless_halted(event)
                 reason = event.finish_reason
+                if plan.output is not None:  # an invalid document ends the stream in an error
+                    reason = plan.output.finish("".join(document), reason)
                 piece, calls = reply.finish()
                 if piece:
-                    yield env.chunk([_delta(endpoint, i, piece)])
+                    yield out.content([_delta(endpoint, i, piece)])
                 if calls:  # the calls whole, in one delta (OAI-TOOLS-06)
-                    yield env.chunk([shapes.delta(endpoint, i, None, None, calls=calls)])
+                    yield out.content([shapes.delta(endpoint, i, None, None, calls=calls)])
                     reason = "tool_calls"
-                usage = shapes.usage(
-                    len(plan.prompt_ids[i]), event.completion_tokens, event.cached_tokens
-                )
-                yield env.chunk([shapes.delta(endpoint, i, None, reason)], usage=usage)
-                yield event
+                yield _Finished(shapes.delta(endpoint, i, None, reason), event)
                 return
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """A streamed choice's finish: its last chunk's choice and its counts."""
+
+    choice: dict[str, Any]
+    end: ChoiceEnd
+
+
+def _seed_scope(req: GenerationRequest) -> str:
+    """`X-miLLM-Seed`'s scope: `batch-shape` for `extra_messages` rows (OAI-SEED-06)."""
+    return "batch-shape" if req.endpoint == "chat" and len(req.prompts) > 1 else "request"
 
 
 def _delta(endpoint: str, i: int, piece: Piece) -> dict[str, Any]:

@@ -19,15 +19,27 @@ from typing import Any
 import psutil
 
 from ..http.errors import ApiError
+from ..models.experts import experts_used
 from ..models.listing import architecture
 from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from .events import EventBus
+from .reasoning import format_of
 from .scheduler import Scheduler
+from .thinking import KEY
 
 log = logging.getLogger(__name__)
 _MIB = 1024 * 1024
+
+
+def think_ctl(template: str | None) -> str:
+    """How thinking is switched (open point 15): `template` when the chat template reads
+    `enable_thinking`, `always` when it writes a reasoning span it cannot turn off, else
+    `none` (LOC-INFO-14)."""
+    if template and KEY in template:
+        return "template"
+    return "none" if format_of(template) is None else "always"
 
 
 def version() -> str:
@@ -52,6 +64,7 @@ class Session:
         self._bus = bus
         self._launch_id = launch_id
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loading = False  # from a load's 202 to its end (ready or error)
         self.generating = 0  # generations running now (the service counts them)
         manager.on_change = self.announce
 
@@ -91,9 +104,9 @@ class Session:
             "name": entry.path.name,
             "arch": architecture(entry.path),
             "n_ctx": engine.facts.context_length,
-            "think_ctl": "template",
+            "think_ctl": think_ctl(engine.chat_template),
             "load_s": round(self._manager.load_seconds, 3),
-            "n_expert_used": 0,
+            "n_expert_used": experts_used(entry.path),
             "streaming": False,
             "engine": "llama.cpp" if entry.engine == "gguf" else "transformers",
             "compute_threads": threads,
@@ -112,23 +125,38 @@ class Session:
         self._manager.check_loadable(entry)
         return entry
 
+    def refuse_if_loading(self) -> None:
+        """409 busy while a load runs, this session's or a request's (open point 8, LOC-SEC-68)."""
+        if self._loading or self._manager.switching:
+            raise ApiError(
+                "busy",
+                "A model load is already under way; wait for its `state` event "
+                "(ready or error), then load again.",
+            )
+
     def load(self, entry: ModelEntry) -> None:
         """Start loading `entry` in the background (LOC-LOAD-05); its end is a `state` event."""
+        self.refuse_if_loading()
+        self._loading = True
         task = asyncio.get_running_loop().create_task(self._load(entry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _load(self, entry: ModelEntry) -> None:
-        if self._manager.engine_if_resident(entry) is None:
-            self._scheduler.cancel_holder()  # the session is replaced: its generation ends
-        ticket = self._scheduler.enter(front=True)
+        """The load itself; `_loading` ends with it, before anyone can see its `state`."""
         try:
-            await self._scheduler.wait(ticket)
-            await self._manager.ensure(entry)
-        except ApiError as exc:  # the manager recorded why; the state event says so
-            log.warning("session load failed: %s", exc.message)
+            if self._manager.engine_if_resident(entry) is None:
+                self._scheduler.cancel_holder()  # the session is replaced: its generation ends
+            ticket = self._scheduler.enter(front=True)
+            try:
+                await self._scheduler.wait(ticket)
+                await self._manager.ensure(entry)
+            except ApiError as exc:  # the manager recorded why; the state event says so
+                log.warning("session load failed: %s", exc.message)
+            finally:
+                self._scheduler.leave(ticket)
         finally:
-            self._scheduler.leave(ticket)
+            self._loading = False
 
     async def unload(self) -> bool:
         """Cancel the running generation, then release the model (LOC-UNLOAD-01..03)."""

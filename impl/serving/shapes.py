@@ -29,26 +29,63 @@ class Envelope:
         prefix = OBJECTS[endpoint][0]
         return Envelope(endpoint, prefix + secrets.token_hex(12), int(time.time()), model)
 
-    def _head(self, obj: str) -> dict[str, Any]:
+    def head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def body(
         self, choices: list[dict[str, Any]], usage: dict[str, int], fingerprint: str
     ) -> dict[str, Any]:
-        head = self._head(OBJECTS[self.endpoint][1])
+        head = self.head(OBJECTS[self.endpoint][1])
         return {**head, "system_fingerprint": fingerprint, "choices": choices, "usage": usage}
 
-    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return {**self._head(OBJECTS[self.endpoint][2]), "choices": choices, **extra}
+    def chunks(self, fingerprint: str, include_usage: bool) -> Chunks:
+        """The chunks of a stream that shares this envelope (OAI-STREAM)."""
+        return Chunks(self, fingerprint, include_usage)
 
-    def steering_chunk(self, value: str) -> dict[str, Any]:
-        """The terminal `millm_steering` extension chunk (OAI-HDR-15): created is 0."""
-        return {
-            **self._head(OBJECTS[self.endpoint][2]),
-            "created": 0,
-            "choices": [],
-            "millm_steering": value,
-        }
+
+@dataclass(frozen=True, slots=True)
+class Chunks:
+    """Every chunk of one stream, each with the same id, created, model and fingerprint.
+
+    `usage` is on one chunk only. With `include_usage` it is on the last one,
+    the `choices: []` chunk that also carries `millm_steering` (OpenAI's usage
+    chunk and the steering chunk are one), and every earlier chunk says
+    `"usage": null`; without it, the request's last finish chunk carries it
+    (OAI-STREAM-05) and no other chunk has the member.
+    """
+
+    envelope: Envelope
+    fingerprint: str
+    include_usage: bool
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        env = self.envelope
+        head = env.head(OBJECTS[env.endpoint][2])
+        chunk = {**head, "system_fingerprint": self.fingerprint, "choices": choices}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def content(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        """A chunk of role, text or calls: never usage."""
+        return self._chunk(choices)
+
+    def finish(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+        """A choice's finish chunk; `usage` (the whole request's, given on the request's
+        last finish chunk) rides on it unless the last chunk carries it."""
+        chunk = self._chunk(choices)
+        if usage is not None and not self.include_usage:
+            chunk["usage"] = usage
+        return chunk
+
+    def last(self, steering: str, usage: dict[str, Any]) -> dict[str, Any]:
+        """The last chunk before `[DONE]`: `choices: []`, `millm_steering` (OAI-STREAM-08,
+        OAI-STREAM-10) and, with `include_usage`, the whole request's usage."""
+        chunk = self._chunk([])
+        if self.include_usage:
+            chunk["usage"] = usage
+        chunk["millm_steering"] = steering
+        return chunk
 
 
 def choice(
@@ -58,9 +95,13 @@ def choice(
     finish_reason: str,
     calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One choice; a chat reply with `calls` carries them as `tool_calls` (OAI-TOOLS-04)."""
+    """One choice; a chat reply with `calls` carries them as `tool_calls` (OAI-TOOLS-04).
+
+    A chat message always has `refusal: null`: OpenAI's schema requires the key,
+    and nothing here refuses.
+    """
     if endpoint == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
         if calls:
             message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
         return {

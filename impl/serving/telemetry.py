@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+from ..http import request_id
+
 _MIB = 1024 * 1024
 TOKEN_ZEROS = {"io_ms": 0, "mgmt_ms": 0, "stall_ms": 0, "flash_wait_ms": 0, "read_mib": 0}
 TOKEN_UNMEASURED = {
@@ -56,12 +58,17 @@ def _majflt() -> int:
 
 @dataclass(slots=True)
 class Meter:
-    """Measures one generation and reports through `emit(name, data)`."""
+    """Measures one generation and reports through `emit(name, data)`.
+
+    Made where the request runs (the id of /api/events is the response's `x-request-id`),
+    used in the engine's thread.
+    """
 
     emit: Callable[[str, dict[str, Any]], None]
     steps: int
     n_prompt: int
     load_s: float = 0.0
+    request_id: str | None = field(default_factory=request_id.current)
     _process: psutil.Process = field(default_factory=psutil.Process)
     _start: float = field(default_factory=time.perf_counter)
     _last: float = 0.0
@@ -87,6 +94,7 @@ class Meter:
         self.emit(
             "token",
             {
+                "request_id": self.request_id,
                 "step": self._tokens,
                 "steps": self.steps,
                 "wall_ms": (now - self._last) * 1000,
@@ -112,6 +120,7 @@ class Meter:
         self.emit(
             "done",
             {
+                "request_id": self.request_id,
                 "cancelled": cancelled,
                 "tokens": self._tokens,
                 "tok_s": decoded / decode_s if decoded and decode_s > 0 else 0.0,

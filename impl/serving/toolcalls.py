@@ -3,7 +3,7 @@
 The formats are data (spec/policy/tool_call_formats.yaml): the markers that pick
 a model's format off its chat template, and the openings that force a call.
 A format's name picks its reader in `_READERS`. A reader finds where the calls
-start and yields them as (name, arguments) pairs, raising `_Malformed` on one
+start and yields them as (name, arguments) pairs, raising `Malformed` on one
 that does not parse; `CallFormat.parse` checks them against the offered
 functions. A reply that does not parse is plain content: `parse` returns None,
 it never raises (OAI-TOOLS-21).
@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from itertools import islice
 from string import Template
@@ -41,11 +41,18 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ParsedReply:
-    content: str | None  # the text before the first call, stripped; None when empty
-    calls: tuple[ToolCall, ...]  # at least one
+    """A reply read back: its content and its calls.
+
+    A template format's reply has at least one call, its content the text
+    before the first, stripped (None when empty). A generic document
+    (generic.py) has either calls (content None) or only content.
+    """
+
+    content: str | None
+    calls: tuple[ToolCall, ...]
 
 
-class _Malformed(Exception):
+class Malformed(Exception):
     """A call that does not parse: the reply is then plain content."""
 
 
@@ -108,14 +115,16 @@ class CallFormat:
             return None
         head, raw = found
         try:
-            calls = tuple(_call(name, args, offered) for name, args in islice(raw, limit))
-        except _Malformed:
+            calls = tuple(checked_call(name, args, offered) for name, args in islice(raw, limit))
+        except Malformed:
             return None
         return ParsedReply(head.strip() or None, calls) if calls else None
 
 
+@lru_cache(maxsize=16)
 def takes_tools(template: str) -> bool:
-    """Whether a chat template reads the `tools` variable (OAI-TOOLS-23)."""
+    """Whether a chat template reads the `tools` variable; one that does not gets the generic
+    format (generic.py)."""
     environment = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", _Generation])
     try:
         tree = environment.parse(template)
@@ -145,32 +154,34 @@ class _Generation(Extension):
 # -- checks common to every format
 
 
-def _call(name: object, arguments: object, offered: frozenset[str]) -> ToolCall:
+def checked_call(name: object, arguments: object, offered: frozenset[str]) -> ToolCall:
+    """A call to an offered function with an object of arguments (a JSON string of one is
+    read); raises Malformed."""
     if not isinstance(name, str) or name not in offered:
-        raise _Malformed(f"no offered function {name!r}")
+        raise Malformed(f"no offered function {name!r}")
     if isinstance(arguments, str):
-        arguments = _json_at(arguments, 0, whole=True)[0]
+        arguments = json_at(arguments, 0, whole=True)[0]
     if not isinstance(arguments, dict):
-        raise _Malformed("arguments are not an object")
+        raise Malformed("arguments are not an object")
     return ToolCall(name, json.dumps(arguments, ensure_ascii=False))
 
 
 def _no_constant(token: str) -> Any:
-    raise _Malformed(f"{token} is not JSON")
+    raise Malformed(f"{token} is not JSON")
 
 
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
-def _json_at(text: str, start: int, whole: bool = False) -> tuple[object, int]:
+def json_at(text: str, start: int, whole: bool = False) -> tuple[object, int]:
     """The JSON value after any whitespace at `start`, and the index after it."""
     start = _skip_space(text, start)
     try:
         value, end = _DECODER.raw_decode(text, start)
     except (ValueError, RecursionError) as error:
-        raise _Malformed(str(error)) from error
+        raise Malformed(str(error)) from error
     if whole and _skip_space(text, end) != len(text):
-        raise _Malformed("text after the JSON value")
+        raise Malformed("text after the JSON value")
     return value, end
 
 
@@ -191,12 +202,12 @@ def _hermes(text: str) -> tuple[str, Calls] | None:
 
 def _hermes_calls(text: str, at: int) -> Calls:
     while at >= 0:
-        value, end = _json_at(text, at + len(HERMES_OPEN))
+        value, end = json_at(text, at + len(HERMES_OPEN))
         rest = text[end:].lstrip()
         if rest and not rest.startswith(HERMES_CLOSE):  # unclosed only at the very end
-            raise _Malformed("a call block is not closed")
+            raise Malformed("a call block is not closed")
         if not isinstance(value, dict):
-            raise _Malformed("a call is not an object")
+            raise Malformed("a call is not an object")
         yield value.get("name"), value.get("arguments", {})
         at = text.find(HERMES_OPEN, end)
 
@@ -232,14 +243,14 @@ def _python_calls(body: str) -> Calls:
     try:
         tree = ast.parse(body.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
-        raise _Malformed(str(error)) from error
+        raise Malformed(str(error)) from error
     for node in tree.elts if isinstance(tree, ast.List) else [tree]:
         yield _python_call(node)
 
 
 def _python_call(node: ast.expr) -> tuple[str, dict[str, object]]:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
-        raise _Malformed("not a call with keyword arguments")
+        raise Malformed("not a call with keyword arguments")
     arguments: dict[str, object] = {}
     for keyword in node.keywords:
         value = _literal(keyword.value)
@@ -248,7 +259,7 @@ def _python_call(node: ast.expr) -> tuple[str, dict[str, object]]:
         elif isinstance(value, dict):  # f(**{'a': 1})
             arguments.update(value)
         else:
-            raise _Malformed("** of a non-mapping")
+            raise Malformed("** of a non-mapping")
     return node.func.id, arguments
 
 
@@ -265,13 +276,13 @@ def _literal(node: ast.expr) -> object:
             return [_literal(item) for item in items]
         case ast.Dict(keys=keys, values=values):
             return {_key(key): _literal(value) for key, value in zip(keys, values, strict=True)}
-    raise _Malformed(f"not a literal: {ast.dump(node)}")
+    raise Malformed(f"not a literal: {ast.dump(node)}")
 
 
 def _key(node: ast.expr | None) -> str:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
-    raise _Malformed("a mapping key is not a string")
+    raise Malformed("a mapping key is not a string")
 
 
 def _is_scalar(value: object) -> bool:
@@ -297,15 +308,15 @@ def _llama3(text: str) -> tuple[str, Calls] | None:
 def _llama3_calls(body: str) -> Calls:
     at = 0
     while True:
-        value, at = _json_at(body, at)
+        value, at = json_at(body, at)
         if not isinstance(value, dict):
-            raise _Malformed("a call is not an object")
+            raise Malformed("a call is not an object")
         yield value.get("name"), value.get("parameters", value.get("arguments", {}))
         at = _skip_space(body, at)
         if at == len(body):
             return
         if body[at] != ";":
-            raise _Malformed("text after a call")
+            raise Malformed("text after a call")
         at += 1
 
 

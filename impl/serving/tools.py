@@ -2,13 +2,16 @@
 
 `tool_ask()` reads `tools`, `tool_choice` and `parallel_tool_calls` before
 any load. Once the model is resident, `tool_plan()` reads its call format off
-its chat template (toolcalls.py) or refuses `tools` (OAI-TOOLS-23/24), and
-fixes the opening a forced call appends to the render (OAI-TOOLS-14/15) and,
-where the format's arguments are JSON, the grammar of what follows it, so a
-forced call always parses. The
-reply is parsed back into OpenAI `tool_calls`; one that does not parse is
-plain content (OAI-TOOLS-21). `CallBuffer` lets a stream send the text before
-a call as content and hold the call itself (OAI-TOOLS-05/06).
+its chat template (toolcalls.py), and fixes the opening a forced call appends
+to the render (OAI-TOOLS-14/15) and, where the format's arguments are JSON,
+the grammar of what follows it, so a forced call always parses. A template
+that takes no tools (or none at all) gets the generic format (generic.py):
+the server shows the tools and the reply is one constrained JSON document. A
+template that takes tools in a format none of these read refuses them
+(OAI-TOOLS-24). The reply is parsed back into OpenAI `tool_calls`; one that
+does not parse is plain content (OAI-TOOLS-21). `CallBuffer` lets a stream
+send the text before a call as content and hold the call itself
+(OAI-TOOLS-05/06).
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engines.base import ChatPrompt, Constraint
+from ..http import headers as hdr
 from ..http.errors import FieldNotHonoured, InvalidParameter
-from . import schema_subset
+from . import generic, schema_subset
+from .generic import GENERIC, DocumentBuffer, GenericFormat
 from .toolcalls import CallFormat, ParsedReply, ToolCall, format_of, takes_tools
 
 
@@ -32,7 +37,8 @@ class ToolAsk:
     tools: tuple[Mapping[str, Any], ...]
     choice: str
     name: str | None = None
-    limit: int | None = None  # 1 when parallel_tool_calls is false (OAI-TOOLS-17)
+    limit: int | None = None  # 1: parallel_tool_calls false (OAI-TOOLS-17) or a named choice
+    parallel: bool = False  # parallel_tool_calls sent as true (the generic format's opt-in)
 
     @property
     def forced(self) -> bool:
@@ -47,14 +53,16 @@ class ToolAsk:
     def parameters(self) -> dict[str, Any]:
         """Each function's parameters schema, as a forced call's grammar enforces it.
 
-        A schema outside the server's subset (schema_subset.py) is enforced as
-        any JSON object: tool definitions are the client's, not refused here.
+        A schema is enforced less the keywords outside the server's subset
+        (`schema_subset.within`: LangChain's tools carry `exclusiveMinimum`), and
+        one still outside it (a bad type, a limit passed) as any JSON object:
+        tool definitions are the client's, not refused here.
         """
         out: dict[str, Any] = {}
         for tool in self.tools:
-            schema = tool["function"].get("parameters")
+            schema = schema_subset.within(tool["function"].get("parameters"))
             usable = isinstance(schema, Mapping) and not schema_subset.problems(schema)
-            out[str(tool["function"]["name"])] = dict(schema) if usable else {"type": "object"}
+            out[str(tool["function"]["name"])] = closed(schema) if usable else {"type": "object"}
         return out
 
 
@@ -71,6 +79,7 @@ def tool_ask(raw: Mapping[str, Any]) -> ToolAsk | None:
     if twice:
         raise InvalidParameter("tools", f"Function names must be unique; repeated: {twice}.")
     limit = 1 if raw.get("parallel_tool_calls") is False else None
+    parallel = raw.get("parallel_tool_calls") is True
     if isinstance(choice, Mapping):
         name = str(choice["function"]["name"])
         if name not in names:
@@ -78,8 +87,8 @@ def tool_ask(raw: Mapping[str, Any]) -> ToolAsk | None:
                 "tool_choice",
                 f"tool_choice forces `{name}`, which is not in `tools` ({', '.join(names)}).",
             )
-        return ToolAsk(tools, "function", name, limit)
-    return ToolAsk(tools, str(choice or "auto"), None, limit)
+        return ToolAsk(tools, "function", name, 1, parallel)  # one call of the named function
+    return ToolAsk(tools, str(choice or "auto"), None, limit, parallel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,20 +96,37 @@ class ToolPlan:
     """A tool request made concrete against the model's template."""
 
     ask: ToolAsk
-    format: CallFormat
+    format: CallFormat | GenericFormat
     opening: str
-    constraint: Constraint | None = None  # what may follow a forced call's opening
+    constraint: Constraint | None = None  # a forced call's continuation, or the document
 
     def prompt(self, prompt: ChatPrompt) -> ChatPrompt:
-        """The chat with its tools shown and a forced call opened."""
+        """The chat with its tools shown (by the template, or by the server for the generic
+        format) and a forced call opened."""
+        if isinstance(self.format, GenericFormat):
+            ask = self.ask
+            return generic.shown(
+                prompt, generic.system_text(ask.tools, ask.choice, ask.name, ask.limit)
+            )
         return replace(prompt, tools=self.ask.tools, opening=self.opening)
 
     def parse(self, text: str) -> ParsedReply | None:
-        """The calls in a reply, or None: the reply is plain content (OAI-TOOLS-21)."""
+        """The calls in a reply (or a generic document's content), or None: the reply is
+        plain content (OAI-TOOLS-21)."""
         return self.format.parse(self.opening + text, self.ask.names, self.ask.limit)
 
-    def buffer(self) -> CallBuffer:
+    def buffer(self) -> CallBuffer | DocumentBuffer:
+        if isinstance(self.format, GenericFormat):
+            return DocumentBuffer()
         return CallBuffer(self.format, forced=bool(self.opening))
+
+    def loosened(self) -> ToolPlan:
+        """The plan once the engine refused its constraint: a generic document with any object
+        as arguments, else unconstrained (a forced call stays forced by its opening)."""
+        loose = _document(self.ask, loose=True)
+        if isinstance(self.format, GenericFormat) and self.constraint != loose:
+            return replace(self, constraint=loose)
+        return replace(self, constraint=None)
 
 
 def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
@@ -112,7 +138,10 @@ def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
     if ask is None or ask.choice == "none":
         return None
     if template is None or not takes_tools(template):
-        raise FieldNotHonoured("tools", "by this model: its chat template takes no tools")
+        # one call unless parallel calls are asked for, as llama.cpp's server does: a model
+        # never taught to call tools repeats a call until max_tokens when the list is open
+        ask = ask if ask.parallel else replace(ask, limit=1)
+        return ToolPlan(ask, GENERIC, "", _document(ask))
     call_format = format_of(template)
     if call_format is None:
         raise FieldNotHonoured(
@@ -125,6 +154,55 @@ def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
     forced = call_format.forced(ask.parameters, ask.name)
     constraint = None if forced is None else Constraint(json.dumps(forced), "call")
     return ToolPlan(ask, call_format, call_format.opening(ask.name), constraint)
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with every object that lists `properties` and says nothing of others closed
+    (`additionalProperties: false`): arguments hold what the function declares, as llama.cpp's
+    grammars read a schema, so a small model cannot add keys or copy schema text."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: closed(v) if k in _SUBSCHEMAS else v for k, v in schema.items()}
+    for k in ("properties", "$defs"):
+        if isinstance(schema.get(k), Mapping):
+            out[k] = {name: closed(v) for name, v in schema[k].items()}
+    if isinstance(schema.get("properties"), Mapping) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
+
+
+_SUBSCHEMAS = frozenset({"items", "anyOf", "oneOf", "allOf"})
+
+
+def _document(ask: ToolAsk, *, loose: bool = False) -> Constraint:
+    """The generic reply's constraint; `loose`: any object as every function's arguments."""
+    parameters = {n: {"type": "object"} for n in ask.parameters} if loose else ask.parameters
+    schema = generic.schema(parameters, ask.choice, ask.name, ask.limit)
+    return Constraint(json.dumps(schema, separators=(",", ":")))
+
+
+def shown(
+    plan: ToolPlan | None, prompt: ChatPrompt, template: str | None, honoured: bool
+) -> ChatPrompt:
+    """The chat the model is given. With a plan: its tools shown. Without one, a template that
+    takes no tools still gets its tool history from the server, as the generic format renders
+    it, where the engine honours tools (`honoured`): a call or a result is never dropped."""
+    if plan is not None:
+        return plan.prompt(prompt)
+    generic_model = template is None or not takes_tools(template)
+    if honoured and generic_model and generic.has_tool_history(prompt.messages):
+        return replace(
+            prompt, messages=tuple(generic.plain_history(prompt.messages, documents=False))
+        )
+    return prompt
+
+
+def format_header(plan: ToolPlan | None) -> dict[str, str]:
+    """X-miLLM-Tool-Format: the call format the tools were shown and read in; no header where
+    none were shown (no tools, or tool_choice "none")."""
+    return {} if plan is None else {hdr.TOOL_FORMAT: plan.format.name}
 
 
 def wire_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:

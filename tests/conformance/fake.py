@@ -12,6 +12,8 @@ Each name in `faults` breaks one thing:
     steering_grammar    X-miLLM-Steering is `nothing`, a kind the grammar lacks
     steering_hash       the inline hash also covers the layer (OAI-HASH-02 says it must not)
     models_content_type GET /v1/models sends JSON as text/plain (its OpenAPI says JSON)
+    usage_twice         with include_usage, the finish chunk carries usage too (counted twice)
+    steering_created_zero  the steering chunk comes apart, after the usage chunk, created 0
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ FAULTS = (
     "steering_grammar",
     "steering_hash",
     "models_content_type",
+    "usage_twice",
+    "steering_created_zero",
 )
 ENTRY = {"id": MODEL, "object": "model", "created": 1700000000, "owned_by": "fake"}
 OPENAPI = {
@@ -207,8 +211,11 @@ def fake_app(
     def chunks(
         body: dict[str, Any], obj: str, texts: list[str], delta: bool
     ) -> Iterator[dict[str, Any]]:
-        base = {"id": "chatcmpl-fake" if delta else "cmpl-fake", "object": obj, "created": 1}
-        base["model"] = MODEL
+        base: dict[str, Any] = {"id": "chatcmpl-fake" if delta else "cmpl-fake", "object": obj}
+        base |= {"created": 1, "model": MODEL, "system_fingerprint": FINGERPRINT}
+        include = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include:
+            base["usage"] = None
 
         def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
             if not delta:
@@ -225,12 +232,19 @@ def fake_app(
         for text in texts:
             yield base | {"choices": [choice(text, None)]}
         usage = _usage(body, len(texts))
-        yield base | {"choices": [choice(None, _finish(body, texts))], "usage": usage}
-        if (body.get("stream_options") or {}).get("include_usage"):
-            yield base | {"choices": [], "usage": usage}
+        finish = base | {"choices": [choice(None, _finish(body, texts))]}
+        if (extensions and not include) or "usage_twice" in faults:
+            finish["usage"] = usage  # miLLM's finish chunk carries usage (OAI-STREAM-05)
+        yield finish
+        last = base | {"choices": []} | ({"usage": usage} if include else {})
+        if extensions and "steering_created_zero" in faults:  # the old, separate chunk
+            if include:
+                yield last
+            last = base | {"created": 0, "choices": []}
         if extensions:
-            steering = fake.steering_value(body)
-            yield base | {"created": 0, "choices": [], "millm_steering": steering}
+            last["millm_steering"] = fake.steering_value(body)
+        if include or extensions:
+            yield last
 
     async def chat(request: Request) -> Response:
         strict = request.headers.get("X-miLLM-Strict")

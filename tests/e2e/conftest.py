@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,9 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from tests import openai_reference
 from tests.conftest import MODEL_ID, cache_dir
+from tests.openai_reference import Check
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
@@ -153,7 +155,59 @@ def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSer
 
 
 @pytest.fixture(scope="session")
-def sdk(base_url: str) -> Iterator[OpenAI]:
-    """The official SDK as a user points it at miserver (no retries: every status is seen)."""
-    with OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=60.0) as client:
+def openai_check() -> Check:
+    """Checks every body a client on `openai_reference.client(openai_check)` receives
+    against OpenAI's own published schemas (tests/openai_reference.py)."""
+    return Check()
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Note whether a test's call failed, for `_bodies_are_openais`."""
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _bodies_are_openais(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses `openai_check` fails on any body that broke OpenAI's schema, even
+    one that a client library caught and wrapped (a test that failed already only gets
+    the problems as a report section)."""
+    if "openai_check" not in request.fixturenames:
+        yield
+        return
+    check: Check = request.getfixturevalue("openai_check")
+    check.problems.clear()
+    check.received.clear()
+    yield
+    if request.node.stash.get(CALL_FAILED, False):
+        if check.problems:
+            request.node.add_report_section("teardown", "openai schema", "\n".join(check.problems))
+        return
+    assert not check.problems, "\n".join(check.problems)
+
+
+def checked_sdk(base_url: str, check: Check, timeout: float = 60.0) -> OpenAI:
+    """The official SDK as a user points it at miserver (no retries: every status is seen),
+    every body it receives checked against OpenAI's schemas by `check`."""
+    return OpenAI(
+        base_url=base_url,
+        api_key="not-needed",
+        max_retries=0,
+        timeout=timeout,
+        http_client=openai_reference.client(check),
+    )
+
+
+@pytest.fixture(scope="session")
+def sdk(base_url: str, openai_check: Check) -> Iterator[OpenAI]:
+    """`checked_sdk` on the in-process-built default server."""
+    with checked_sdk(base_url, openai_check) as client:
         yield client

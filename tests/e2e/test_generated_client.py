@@ -115,11 +115,11 @@ def test_the_generated_v1_client_chats_completes_and_lists(
         refused = api(v1, "api.chat.create_chat_completion").sync(
             client=client,
             body=models.ChatCompletionRequest.from_dict(
-                {"model": GGUF_ID, "messages": [{"role": "user", "content": "x"}], "seed": 1}
+                {"model": GGUF_ID, "messages": [{"role": "user", "content": "x"}], "profile": "p"}
             ),
         )
-        assert isinstance(refused, models.ErrorResponse)  # seed on GGUF: field_not_honoured
-        assert refused.error.param == "seed"
+        assert isinstance(refused, models.ErrorResponse)  # profile on GGUF: field_not_honoured
+        assert refused.error.param == "profile"
 
 
 def test_the_generated_api_client_manages_the_config(

@@ -8,8 +8,10 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests import openai_reference
 from tests.conftest import MODEL_ID
 from tests.e2e.conftest import LiveServer
+from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
@@ -18,8 +20,13 @@ HI = [{"role": "user", "content": "Hi! What can you do?"}]
 
 
 @pytest.fixture(scope="module")
-def client(default_server: LiveServer) -> Iterator[OpenAI]:
-    with OpenAI(base_url=default_server.base_url, api_key="not-needed", max_retries=0) as sdk:
+def client(default_server: LiveServer, openai_check: Check) -> Iterator[OpenAI]:
+    with OpenAI(
+        base_url=default_server.base_url,
+        api_key="not-needed",
+        max_retries=0,
+        http_client=openai_reference.client(openai_check),
+    ) as sdk:
         yield sdk
 
 
@@ -66,11 +73,22 @@ def test_template_kwargs_are_accepted_and_reported(client: OpenAI) -> None:
     assert raw.parse().choices[0].message.content == plain.choices[0].message.content
 
 
+def test_seeded_requests_repeat_on_llama_cpp(client: OpenAI) -> None:
+    """OAI-SEED-04, OAI-SEED-05, OAI-GGUF-01 (OAI-SEED-13 superseded): a seed is echoed and the
+    same seed, body and model give the same text, `n` choices included."""
+    replies = [
+        client.chat.completions.with_raw_response.create(
+            model=GGUF_ID, messages=HI, max_tokens=12, temperature=1, seed=1, n=2
+        )
+        for _ in range(2)
+    ]
+    assert [r.headers["X-miLLM-Seed"] for r in replies] == ['1;scope="request"'] * 2
+    texts = [[c.message.content for c in r.parse().choices] for r in replies]
+    assert texts[0] == texts[1] and len(texts[0]) == 2
+
+
 def test_gguf_refusals(client: OpenAI) -> None:
-    """OAI-SEED-13, OAI-GGUF-05, OAI-GGUF-09: seed refused; bare repo 404; window 400."""
-    with pytest.raises(openai.BadRequestError) as seeded:
-        client.chat.completions.create(model=GGUF_ID, messages=HI, max_tokens=4, seed=1)
-    assert seeded.value.code == "field_not_honoured"
+    """OAI-GGUF-05, OAI-GGUF-09: bare repo 404; window 400."""
     with pytest.raises(openai.BadRequestError) as long:
         client.chat.completions.create(model=GGUF_ID, messages=HI, max_tokens=9000)
     assert long.value.code == "context_length_exceeded"

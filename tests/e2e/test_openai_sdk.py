@@ -17,7 +17,8 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletionChunk
 
 from tests.conftest import MODEL_ID
-from tests.e2e.conftest import LiveServer
+from tests.e2e.conftest import LiveServer, checked_sdk
+from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
@@ -110,7 +111,8 @@ def test_chat_stream(sdk: OpenAI) -> None:
 
 
 def test_stream_include_usage_and_framing(sdk: OpenAI) -> None:
-    """OAI-STREAM-01/02/08/10: `data:` frames, usage chunk, steering chunk, `[DONE]` last."""
+    """OAI-STREAM-01/02/05/08/10: `data:` frames, `[DONE]` last, before it one chunk with
+    `choices: []`, the usage and the steering value; usage null on every other chunk."""
     with sdk.chat.completions.with_streaming_response.create(
         model=MODEL_ID,
         messages=HELLO,
@@ -124,11 +126,12 @@ def test_stream_include_usage_and_framing(sdk: OpenAI) -> None:
     assert all(line.startswith("data: ") for line in lines), lines
     assert lines[-1] == "data: [DONE]"
     chunks = [ChatCompletionChunk.model_validate_json(line[6:]) for line in lines[:-1]]
-    usage_chunk, steering_chunk = chunks[-2:]
-    assert usage_chunk.choices == [] and usage_chunk.usage is not None
-    assert usage_chunk.usage.completion_tokens == 4
-    assert steering_chunk.choices == []
-    assert steering_chunk.model_extra == {"millm_steering": "none"}
+    *rest, last = chunks
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.completion_tokens == 4
+    assert last.model_extra == {"millm_steering": "none"}
+    assert all(chunk.usage is None for chunk in rest)
+    assert len({(c.id, c.created, c.model, c.system_fingerprint) for c in chunks}) == 1
 
 
 def test_n_choices(sdk: OpenAI) -> None:
@@ -328,7 +331,7 @@ def admitted_stream(client: httpx.Client, base_url: str, timeout_s: float = 10.0
         time.sleep(0.2)
 
 
-def test_queue_backpressure(queue_server: LiveServer) -> None:
+def test_queue_backpressure(queue_server: LiveServer, openai_check: Check) -> None:
     """OAI-ERR-09, LOC-CHAT-49/50/51 (QUEUE_MAX_WAITING=1, heartbeat 0.5 s).
 
     A long stream holds the slot; a second stream waits and receives
@@ -339,7 +342,7 @@ def test_queue_backpressure(queue_server: LiveServer) -> None:
     """
     base_url = queue_server.base_url
     with (
-        OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=30.0) as sdk,
+        checked_sdk(base_url, openai_check, timeout=30.0) as sdk,
         httpx.Client(timeout=30.0) as holder,
         httpx.Client(timeout=30.0) as waiter,
     ):

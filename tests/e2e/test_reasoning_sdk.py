@@ -17,15 +17,16 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import cache_dir
-from tests.e2e.conftest import live_server
+from tests.e2e.conftest import checked_sdk, live_server
 from tests.integration.test_reasoning import QWEN3, capitals
 from tests.integration.test_tools import SOURCE, TEMPLATES, link_model
+from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+def sdk(tmp_path_factory: pytest.TempPathFactory, openai_check: Check) -> Iterator[OpenAI]:
     """The SDK against a server whose launch model is SmolLM2 with the Qwen3-style template."""
     if not (cache_dir() / SOURCE / "config.json").is_file():
         pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
@@ -34,7 +35,7 @@ def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     env = {"MISERVER_MODELS_DIR": str(models)}
     with (
         live_server(Path(tmp_path_factory.mktemp("e2e-reasoning")), env, model=QWEN3) as server,
-        OpenAI(base_url=server.base_url, api_key="not-needed", max_retries=0, timeout=60.0) as sdk,
+        checked_sdk(server.base_url, openai_check) as sdk,
     ):
         yield sdk
 

@@ -168,7 +168,7 @@ def test_unload_then_load_moves_the_state(api: str) -> None:
     the session; a body-less load answers 202 and ends `ready`, announced by state events."""
     with Listener(api) as events:
         response = httpx.post(f"{api}/session/unload", headers=JSON, timeout=60)
-        assert response.status_code == 200 and response.json() == {"unloaded": True}
+        assert response.status_code == 200 and response.json() == {"ok": True, "unloaded": True}
         events.wait_for(lambda: events.named("state")[-1]["state"] == "empty")
         assert info(api)["state"] == "empty" and info(api)["model"] is None
         response = httpx.post(f"{api}/session/load", headers=JSON, timeout=60)

@@ -19,8 +19,10 @@ from openai import OpenAI
 
 from miserver.steering import steering_set_hash
 from miserver.steering.header import InlineMember, ManualMember, NoneMember, parse
+from tests import openai_reference
 from tests.conftest import JSON, MODEL_ID, SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
+from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
@@ -50,8 +52,14 @@ def v1(steer_server: LiveServer) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def sdk(steer_server: LiveServer) -> Iterator[OpenAI]:
-    with OpenAI(base_url=steer_server.base_url, api_key="x", max_retries=0, timeout=120) as c:
+def sdk(steer_server: LiveServer, openai_check: Check) -> Iterator[OpenAI]:
+    with OpenAI(
+        base_url=steer_server.base_url,
+        api_key="x",
+        max_retries=0,
+        timeout=120,
+        http_client=openai_reference.client(openai_check),
+    ) as c:
         yield c
 
 

@@ -2,7 +2,8 @@
 
 The server serves SmolLM2 under the Hermes test template (the models
 directory of tests/integration/test_tools.py); the few-shot history there
-makes the greedy model call `get_weather` for Paris.
+makes the greedy model call `get_weather` for Paris. The last test switches
+to the default model, whose own template takes no tools (the generic format).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.conftest import cache_dir
-from tests.e2e.conftest import live_server
+from tests.conftest import MODEL_ID, cache_dir
+from tests.e2e.conftest import checked_sdk, live_server
 from tests.integration.test_tools import PARIS, SOURCE, WEATHER, build_models_dir, few_shot
+from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +27,7 @@ MODEL = "SmolLM2-hermes"
 
 
 @pytest.fixture(scope="module")
-def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+def sdk(tmp_path_factory: pytest.TempPathFactory, openai_check: Check) -> Iterator[OpenAI]:
     """The SDK against a server whose launch model is SmolLM2 with the Hermes template."""
     if not (cache_dir() / SOURCE / "config.json").is_file():
         pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
@@ -33,7 +35,7 @@ def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     env = {"MISERVER_MODELS_DIR": str(models)}
     with (
         live_server(Path(tmp_path_factory.mktemp("e2e-tools")), env, model=MODEL) as server,
-        OpenAI(base_url=server.base_url, api_key="not-needed", max_retries=0, timeout=60.0) as sdk,
+        checked_sdk(server.base_url, openai_check) as sdk,
     ):
         yield sdk
 
@@ -83,3 +85,27 @@ def test_sdk_accumulates_a_streamed_call(sdk: OpenAI) -> None:
     assert list(calls) == [0]
     assert calls[0]["id"].startswith("call_") and calls[0]["name"] == "get_weather"
     assert json.loads(calls[0]["arguments"]) == PARIS
+
+
+def test_sdk_agent_loop_on_the_default_model(sdk: OpenAI) -> None:
+    """OAI-INTEG-04, OAI-TOOLS-03, -04, -12, -18, -19 (generic format): SmolLM2's own template
+    takes no tools, yet the SDK gets `tool_calls` from it unchanged, sends the call and its
+    result back, and gets the answer as text; each response names the format."""
+    raw = sdk.chat.completions.with_raw_response.create(**ask(model=MODEL_ID))
+    assert raw.headers["X-miLLM-Tool-Format"] == "generic"
+    reply = raw.parse()
+    [choice] = reply.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    assert choice.message.tool_calls is not None
+    [call] = choice.message.tool_calls
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == PARIS
+    said = choice.message.model_dump(exclude_none=True)
+    result = {"role": "tool", "tool_call_id": call.id, "content": "18 C"}
+    messages = [*few_shot(), said, result]
+    raw = sdk.chat.completions.with_raw_response.create(**ask(model=MODEL_ID, messages=messages))
+    assert raw.headers["X-miLLM-Tool-Format"] == "generic"
+    [answer] = raw.parse().choices
+    assert answer.finish_reason == "stop" and answer.message.tool_calls is None
+    assert answer.message.content is not None and "18" in answer.message.content
+    assert "{" not in answer.message.content

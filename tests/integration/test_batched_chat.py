@@ -57,11 +57,12 @@ def test_each_row_is_scored_on_its_own(client: TestClient) -> None:
 
 
 def test_a_failing_row_fails_the_request_naming_it(client: TestClient) -> None:
-    """OAI-CSCORE-21: the error names the conversation's index."""
+    """OAI-CSCORE-21, LOC-CHAT-04: the error names the conversation's index (an unknown role
+    is invalid_request, as on `messages`)."""
     bad = [{"role": "user", "content": "x"}, {"role": "banana", "content": "y"}]
     scoring = {"max_tokens": 1, "logprobs": True}
     response = chat(client, ROWS[0], extra_messages=[ROWS[1], bad], **scoring)
-    error_of(response, 400, "invalid_parameter", "extra_messages[1][1].role")
+    error_of(response, 400, "invalid_request", "extra_messages[1][1].role")
     error_of(
         chat(client, ROWS[0], extra_messages=[[]]), 400, "invalid_parameter", "extra_messages[0]"
     )

@@ -106,8 +106,9 @@ def test_stream_framing(client: TestClient) -> None:
     assert steering == {
         "id": chunks[0]["id"],
         "object": "chat.completion.chunk",
-        "created": 0,
+        "created": chunks[0]["created"],
         "model": MODEL_ID,
+        "system_fingerprint": chunks[0]["system_fingerprint"],
         "choices": [],
         "millm_steering": "none",
     }
@@ -116,18 +117,22 @@ def test_stream_framing(client: TestClient) -> None:
     assert final["usage"]["total_tokens"] == (
         final["usage"]["prompt_tokens"] + final["usage"]["completion_tokens"]
     )
+    assert [c for c in chunks if "usage" in c] == [final]  # usage once, without include_usage
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1])
     plain = client.post(CHAT, json=ask("Hello!", temperature=0, max_tokens=12)).json()
     assert text == plain["choices"][0]["message"]["content"]
 
 
-def test_stream_include_usage_adds_a_usage_chunk(client: TestClient) -> None:
-    """OAI-STREAM-05: usage on the final chunk; include_usage adds OpenAI's usage-only chunk."""
+def test_stream_include_usage_moves_usage_to_the_last_chunk(client: TestClient) -> None:
+    """OAI-STREAM-05, OAI-STREAM-08: with include_usage, usage is on the last chunk only (the
+    `choices: []` steering chunk), null on every other."""
     _, lines = sse_events(
         client, ask("Hi", temperature=0, max_tokens=4, stream_options={"include_usage": True})
     )
-    chunks = data_of(lines)[:-1]
-    assert chunks[-2]["choices"] == [] and chunks[-2]["usage"]["completion_tokens"] == 4
+    *rest, last = data_of(lines)[:-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 4
+    assert last["millm_steering"] == "none"
+    assert all(c["usage"] is None for c in rest)
 
 
 def test_stop_in_stream_is_enforced_with_hold_back(client: TestClient) -> None:

@@ -17,7 +17,7 @@ from miserver.models.manager import ModelManager
 from miserver.serving.config import SETTINGS_FILE, ConfigService
 from miserver.serving.params import table
 from miserver.settings import Settings
-from tests.conftest import JSON, LocalClient
+from tests.conftest import JSON, MODEL_ID, LocalClient
 
 REQUIRED = {"key", "label", "type", "group", "group_label", "level", "scope", "help", "flag"}
 OPTIONAL = {
@@ -54,8 +54,9 @@ def stored(settings: Settings) -> dict[str, Any]:
 
 
 def test_the_table_has_its_shape(client: TestClient) -> None:
-    """LOC-PARAMS-01, -04..-08, -10..-12, -16, -18, -19: one object per row, the required
-    fields, only the listed optional ones, the enumerated sets, contiguous groups."""
+    """LOC-PARAMS-01, -04..-12, -16, -18, -19: one object per row, the required fields
+    (a flag on every row), only the listed optional ones, the enumerated sets, contiguous
+    groups."""
     response = client.get("/api/params")
     assert response.status_code == 200
     rows = response.json()
@@ -68,7 +69,10 @@ def test_the_table_has_its_shape(client: TestClient) -> None:
         assert row["type"] in {"bool", "int", "float", "path", "text", "choice"}
         assert row["level"] in {"basic", "advanced", "experimental", "debug"}
         assert row["scope"] in {"request", "session"}
-        assert row["flag"] is None or row["flag"].startswith("--")
+        assert row["flag"].startswith("--")  # every row has its flag (LOC-PARAMS-09)
+        for switch in row.get("switches", []):  # LOC-PARAMS-11
+            assert switch.keys() <= {"flag", "value", "deprecated"}
+            assert switch["flag"].startswith("--") and type(switch["value"]) is bool
         for choice in row.get("choices", []):
             assert choice.keys() == {"value", "label"}
         for special in row.get("special", []):
@@ -193,15 +197,15 @@ def test_typical_is_guidance_not_a_limit(client: TestClient) -> None:
 
 
 def test_an_invalid_config_is_stored(client: TestClient, settings: Settings) -> None:
-    """LOC-CONFIG-13, -16: stored with valid false and the reason; fixing it validates."""
-    change = put(client, {"values": {"n-gpu-layers": 8}})
+    """LOC-CONFIG-13, -16: stored with valid false and the reason; fixing it validates.
+    LOC-LOAD-12: `n-gpu-layers` other than 0 is valid (turned off at the load)."""
+    change = put(client, {"values": {"model": "no/such/model.gguf"}})
     assert change["rejected"] == {}
-    assert change["valid"] is False and "n-gpu-layers" in change["error"]
-    assert stored(settings)["values"] == {"n-gpu-layers": 8}
-    change = put(client, {"values": {"model": "no/such/model.gguf"}, "reset": ["n-gpu-layers"]})
     assert change["valid"] is False and "model" in change["error"]
-    change = put(client, {"reset": ["model"]})
+    assert stored(settings)["values"] == {"model": "no/such/model.gguf"}
+    change = put(client, {"values": {"n-gpu-layers": 8}, "reset": ["model"]})
     assert (change["valid"], change["error"]) == (True, "")
+    assert stored(settings)["values"] == {"n-gpu-layers": 8}
 
 
 def test_auto_plan_without_a_planner(client: TestClient, settings: Settings) -> None:
@@ -374,3 +378,71 @@ def test_describe_params_prints_the_served_table(client: TestClient) -> None:
 
     assert without_default(cli) == without_default(served)
     assert {row["key"]: row["default"] for row in cli}["model"] == ""
+
+
+CHANGED = {
+    "engine": "transformers",
+    "ctx-size": 4096,
+    "threads": 3,
+    "batch-size": 256,
+    "n-gpu-layers": 4,
+    "dtype": "float32",
+    "mmap": False,
+    "mlock": True,
+    "temp": 0.3,
+    "top-k": 40,
+    "top-p": 0.9,
+    "seed": 7,
+    "n-predict": 99,
+    "think": True,
+    "decide": False,
+}
+"""A value unlike the table's default for every row a user may set but `model`."""
+
+
+def relaunched(args: list[str], data_dir: Path) -> Server:
+    """The server `miserver serve ARGS` builds, parsed by the real command line, with its
+    state in `data_dir` (so nothing the first server saved can answer for the flags)."""
+    from miserver import cli
+    from miserver import settings as settings_mod
+    from miserver.serving import params
+
+    parsed = cli._parser().parse_args(["serve", *args])
+    settings = replace(settings_mod.from_args(parsed), data_dir=data_dir, cache_dir=data_dir)
+    return Server(settings, preload=False, flags=params.launch_values(parsed))
+
+
+def test_args_reproduce_the_config(tmp_path: Path) -> None:
+    """LOC-PARAMS-09, LOC-CONFIG-04, open point 31: every row's `flag` is a `miserver serve`
+    flag, and a server launched with `args` (parsed by the real command line) has the same
+    values, as the operator's: `operator_keys`, nothing persisted."""
+    settings = Settings(data_dir=tmp_path / "a", cache_dir=tmp_path / "cache", model=MODEL_ID)
+    with LocalClient(Server(settings, preload=False)) as client:
+        change = put(client, {"values": CHANGED})
+        assert change["rejected"] == {}
+        args, values = change["args"], change["values"]
+    assert args[args.index("--temp") + 1] == "0.3" and "--no-mmap" in args and "--mlock" in args
+    assert "--think" in args and "--no-decide" in args
+    with LocalClient(relaunched(args, tmp_path / "b")) as again:
+        config = again.get("/api/config").json()
+    assert {k: v for k, v in config["values"].items() if k != "data-dir"} == {
+        k: v for k, v in values.items() if k != "data-dir"
+    }
+    assert set(config["operator_keys"]) >= set(CHANGED) and config["user_keys"] == []
+    assert not (tmp_path / "b" / SETTINGS_FILE).exists()
+    assert config["args"][config["args"].index("--data-dir") + 1] == str(tmp_path / "b")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--temp", "2.5"], ["--top-k", "many"], ["--engine", "vllm"], ["--seed", "auto"]],
+    ids=["above-max", "not-a-number", "unknown-choice", "auto-not-accepted"],
+)
+def test_a_flag_the_row_refuses_stops_the_launch(args: list[str]) -> None:
+    """LOC-PARAMS-09, -13: a launch flag is parsed by its row; a value the row refuses is a
+    usage error (exit 2), never a silently different config."""
+    from miserver import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli._parser().parse_args(["serve", *args])
+    assert stopped.value.code == 2

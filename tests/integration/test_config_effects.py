@@ -134,8 +134,8 @@ def test_top_k_one_is_greedy(client: TestClient, model: str) -> None:
 
 
 def test_seed_is_the_default_seed_where_seeds_are_honoured(client: TestClient) -> None:
-    """LOC-CHAT-34, OAI-SEED-04/05: a configured seed seeds transformers requests that send
-    none, echoed as theirs; a request's own seed wins; llama.cpp ignores it (no 400)."""
+    """LOC-CHAT-34, OAI-SEED-04/05: a configured seed seeds requests that send none, echoed as
+    theirs, on both engines; a request's own seed wins."""
     own = client.post(
         "/v1/chat/completions",
         json={"model": MODEL_ID, "messages": STORY, "max_tokens": 16, "seed": 7},
@@ -155,12 +155,16 @@ def test_seed_is_the_default_seed_where_seeds_are_honoured(client: TestClient) -
         headers=JSON,
     )
     assert other.headers["X-miLLM-Seed"] == '8;scope="request"'
-    gguf = client.post(
-        "/v1/chat/completions",
-        json={"model": GGUF_ID, "messages": STORY, "max_tokens": 4},
-        headers=JSON,
-    )
-    assert gguf.status_code == 200 and "X-miLLM-Seed" not in gguf.headers
+    gguf = [
+        client.post(
+            "/v1/chat/completions",
+            json={"model": GGUF_ID, "messages": STORY, "max_tokens": 16, **seed},
+            headers=JSON,
+        )
+        for seed in ({}, {}, {"seed": 7})
+    ]
+    assert [r.headers["X-miLLM-Seed"] for r in gguf] == ['7;scope="request"'] * 3
+    assert text(gguf[0].json()) == text(gguf[1].json()) == text(gguf[2].json())
 
 
 # -- session parameters (LOC-CONC-08..10) ---------------------------------------------------

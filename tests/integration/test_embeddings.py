@@ -61,7 +61,7 @@ USER = [{"role": "user", "content": "Name three colours of the rainbow."}]
 # -- helpers -----------------------------------------------------------------------------
 
 
-def embed(client: TestClient, model: str, value: str | list[str], **extra: Any) -> Any:
+def embed(client: TestClient, model: str, value: Any, **extra: Any) -> Any:
     return client.post(EMBED, json={"model": model, "input": value, **extra})
 
 
@@ -664,21 +664,21 @@ def test_empty_and_too_many_inputs_are_refused_before_any_load(
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"input": [1, 2]}, "input[0]"),
-        ({"input": [[1, 2]]}, "input[0]"),
-        ({"input": ["a", 3]}, "input[1]"),
+        ({"input": ["a", 3]}, "input"),
+        ({"input": [1, 2.5]}, "input"),
+        ({"input": [[1], "a"]}, "input"),
         ({"input": None}, "input"),
         ({}, "input"),
         ({"input": "x", "encoding_format": "binary"}, "encoding_format"),
     ],
-    ids=["token-ids", "token-id-lists", "a-number", "null", "missing", "OAI-EMB-03-binary"],
+    ids=["a-number", "a-fraction", "mixed", "null", "missing", "OAI-EMB-03-binary"],
 )
 def test_schema_violations_name_the_field(
     bare_client: TestClient, extra: dict[str, Any], param: str
 ) -> None:
-    """OAI-EMB-01, OAI-EMB-03, OAI-ERR-01: `input` is a string or a list of strings (token
-    ids are not accepted), `encoding_format` float or base64: else 400 invalid_parameter
-    naming the field, before any load."""
+    """OAI-EMB-01, OAI-EMB-03, OAI-ERR-01: `input` is a string, strings, token ids or
+    token-id lists (never a mix), `encoding_format` float or base64: else 400
+    invalid_parameter naming the field, before any load."""
     response = bare_client.post(EMBED, json={"model": MODEL_ID, **extra})
     error_of(response, 400, "invalid_parameter", param)
     assert_nothing_loaded(bare_client)
@@ -901,3 +901,113 @@ def streamed_alongside(client: TestClient, chat: dict[str, Any], request: dict[s
     assert '"manual;' in lines[-2]  # the stream's steering chunk: it was steered
     assert response.status_code == 200, response.text
     return response
+
+
+# -- token ids as input (issue 15 item 4) ------------------------------------------------------
+
+VOCAB = 49152  # SmolLM2's vocabulary (MiniLM's is 30522)
+
+
+def test_token_ids_embed_as_their_text(client: TestClient, smol: Engine) -> None:
+    """Issue 15 item 4, OAI-EMB-01, OAI-EMB-11 (transformers): `input` as an `int[]` is one
+    input and as an `int[][]` one input per list; each vector is exactly the vector of the
+    text those ids stand for, with the same usage (ids are embedded as sent)."""
+    ids = [smol.tokenize(t) for t in TEXTS]
+    single = embed(client, MODEL_ID, ids[1])
+    [found] = vectors(single, 1, WIDTH)
+    np.testing.assert_array_equal(found, smol_direct(smol, TEXTS[1]))
+    assert single.content == embed(client, MODEL_ID, TEXTS[1]).content
+    listed = embed(client, MODEL_ID, ids, pooling="last")
+    vectors(listed, len(TEXTS), WIDTH)
+    assert listed.content == embed(client, MODEL_ID, TEXTS, pooling="last").content
+    assert listed.json()["usage"]["prompt_tokens"] == sum(len(i) for i in ids)
+
+
+@pytest.mark.parametrize("model", [GGUF_ID, MINILM_ID])
+def test_token_ids_embed_as_their_text_on_gguf_and_the_encoder(
+    server: TestClient, model: str
+) -> None:
+    """Issue 15 item 4, OAI-EMB-15, OAI-EMB-28 (GGUF, and the MiniLM encoder): the ids the
+    tokenizer gives a text ([CLS] and [SEP] included on the encoder) embed to exactly that
+    text's vectors; usage counts every id."""
+    engine = resident_engine(server, model)
+    ids = [engine.tokenize(t) for t in TEXTS]
+    if model == MINILM_ID:
+        assert all(i[0] == 101 and i[-1] == 102 for i in ids)  # [CLS] ... [SEP]
+    by_text = embed(server, model, TEXTS)
+    by_ids = embed(server, model, ids)
+    assert_close(vectors(by_ids, len(TEXTS)), vectors(by_text, len(TEXTS)), tol=0.0)
+    assert by_ids.json()["usage"] == by_text.json()["usage"]
+    assert by_ids.json()["usage"]["prompt_tokens"] == sum(len(i) for i in ids)
+    [one] = vectors(embed(server, model, ids[0]), 1)
+    assert_close(one, vectors(embed(server, model, TEXTS[0]), 1)[0], tol=0.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "param"),
+    [([5, VOCAB], "input[1]"), ([[5, 6], [7, VOCAB + 9, 8]], "input[1][1]")],
+    ids=["int[]", "int[][]"],
+)
+def test_an_id_outside_the_vocabulary_is_named_before_any_forward(
+    client: TestClient, smol: Engine, value: Any, param: str
+) -> None:
+    """Issue 15 item 4, OAI-EMB-18, OAI-ERR-01 (transformers): an id not below the model's
+    vocabulary size is 400 invalid_parameter naming it (`input[j]` in an `int[]`,
+    `input[i][j]` in an `int[][]`), measured before any forward pass."""
+    assert smol.facts.vocab_size == VOCAB
+    counter = ForwardCount(smol)
+    try:
+        error = error_of(embed(client, MODEL_ID, value), 400, "invalid_parameter", param)
+    finally:
+        counter.remove()
+    assert counter.calls == 0
+    assert f"{param} is token id" in error["message"] and str(VOCAB - 1) in error["message"]
+
+
+@pytest.mark.parametrize("model", [GGUF_ID, MINILM_ID])
+def test_an_id_outside_the_vocabulary_is_named_on_gguf_and_the_encoder(
+    server: TestClient, model: str
+) -> None:
+    """Issue 15 item 4, OAI-ERR-01 (GGUF, encoder): each model's own vocabulary bounds its
+    ids: its last id embeds, the next is 400 invalid_parameter naming it, and the server
+    still serves after (llama.cpp never sees the id)."""
+    engine = resident_engine(server, model)
+    size = engine.facts.vocab_size
+    assert size == (30522 if model == MINILM_ID else VOCAB)
+    vectors(embed(server, model, [[size - 1], [5]]), 2)
+    error = error_of(embed(server, model, [[5], [size]]), 400, "invalid_parameter", "input[1][0]")
+    assert str(size - 1) in error["message"]
+    vectors(embed(server, model, [5, 6]), 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "param"),
+    [
+        ([3, -1], "input[1]"),
+        ([[3], [4, -2]], "input[1][1]"),
+        ([[3], []], "input[1]"),
+        ([[]], "input[0]"),
+    ],
+    ids=["negative-int[]", "negative-int[][]", "empty-id-list", "only-an-empty-id-list"],
+)
+def test_bad_id_inputs_are_refused_before_any_load(
+    bare_client: TestClient, value: Any, param: str
+) -> None:
+    """Issue 15 item 4, OAI-EMB-24, OAI-ERR-01: a negative id or an empty id list is 400
+    invalid_parameter naming it, before any load."""
+    error_of(embed(bare_client, MODEL_ID, value), 400, "invalid_parameter", param)
+    assert_nothing_loaded(bare_client)
+
+
+def test_the_input_cap_counts_id_lists(tmp_path: Path) -> None:
+    """OAI-EMB-26, OAI-EMB-27: the cap counts inputs, id lists as strings: four id lists
+    over a cap of 3 are refused before any load; one `int[]` of four ids is one input."""
+    settings = Settings(
+        data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID, embeddings_max_inputs=3
+    )
+    with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
+        lists = [[1], [2], [3], [4]]
+        error = error_of(embed(client, MODEL_ID, lists), 400, "invalid_parameter", "input")
+        assert "4" in error["message"] and "3" in error["message"]
+        assert_nothing_loaded(client)
+        vectors(embed(client, MODEL_ID, [1, 2, 3, 4]), 1, WIDTH)

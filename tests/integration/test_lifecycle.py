@@ -99,28 +99,20 @@ def test_gguf_names_and_bare_repository_refusals(tmp_path: Path, models_dir: Pat
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("seed", 1),
-        ("n", 2),
         ("logprobs", True),
         ("top_logprobs", 1),
         ("allowed_token_ids", [1]),
-        ("response_format", {"type": "json_object"}),
         ("profile", "p"),
         ("steering_intensity", 1),
         ("steering", {"features": []}),
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
     ],
     ids=[
-        "OAI-SEED-13",
-        "OAI-VALID-21",
         "OAI-VALID-17",
         "OAI-VALID-18",
         "OAI-SCORE-21",
-        "OAI-VALID-19",
         "OAI-VALID-23",
         "OAI-VALID-23-dial",
         "OAI-INL-24",
-        "OAI-VALID-28",
     ],
 )
 def test_gguf_column_refusals_come_before_any_load(

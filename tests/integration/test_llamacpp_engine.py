@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -12,10 +13,13 @@ from typing import Any
 import llama_cpp
 import numpy as np
 import pytest
+from jsonschema import Draft202012Validator
 
 from miserver.engines import gguf
 from miserver.engines.base import (
     ChatPrompt,
+    Constraint,
+    ConstraintUnsupported,
     LoadOptions,
     Prefilled,
     PromptError,
@@ -25,6 +29,7 @@ from miserver.engines.base import (
 from miserver.engines.llamacpp import CAPABILITIES, LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.llamacpp import chat as llama_chat
 from miserver.engines.llamacpp.sampling import Penalties
+from miserver.engines.transformers.grammar import Grammars
 from miserver.serving.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
 
@@ -140,7 +145,9 @@ def test_facts_are_honest(engine: LlamaCppEngine) -> None:
     assert (
         engine.capabilities
         == CAPABILITIES
-        == frozenset({"generate", "chat", "decide", "embeddings"})
+        == frozenset(
+            {"generate", "chat", "decide", "embeddings", "seed", "structured_output", "tools"}
+        )
     )
 
 
@@ -254,6 +261,27 @@ def test_no_chat_template_uses_chatml() -> None:
     )
 
 
+def test_tools_and_a_forced_opening_reach_the_render(
+    engine: LlamaCppEngine, hf_engine: Any
+) -> None:
+    """OAI-TOOLS-02, OAI-TOOLS-20, OAI-TOOLS-32, OAI-TOKIDS-01: tools go to the template, a
+    forced call's opening follows the render (the same ids as transformers); the fallback
+    template refuses tool history rather than drop it."""
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    source = "{% for t in tools %}{{ t.function.name }};{% endfor %}{{ messages[0].content }}"
+    listing = llama_chat.ChatTemplate(source, {}, None)
+    prompt = ChatPrompt(QUESTION, tools=tools, opening="<call>")
+    assert llama_chat.render_text(listing, prompt) == (
+        "get_weather;Name three colours of the rainbow.<call>"
+    )
+    forced = ChatPrompt(QUESTION, tools=tools, opening='{"name": "get_weather", "arguments": ')
+    assert engine.render_chat(forced) == hf_engine.render_chat(forced)
+    history = [*QUESTION, {"role": "tool", "content": "sunny"}]
+    bare = llama_chat.ChatTemplate(None, {"bos_token": "<|im_start|>"}, 1)
+    with pytest.raises(PromptError):
+        llama_chat.render_text(bare, ChatPrompt(history))
+
+
 def test_template_variables_and_sandbox(engine: LlamaCppEngine) -> None:
     """LOC-CHAT-36: transformers' variables and helpers; reserved names are not overridden."""
     source = (
@@ -341,11 +369,42 @@ def test_sampling_takes_temperature_and_top_p(engine: LlamaCppEngine) -> None:
     assert len({tuple(run(engine, ids, hot)[1]) for _ in range(3)}) > 1
 
 
-def test_seeds_are_refused(engine: LlamaCppEngine) -> None:
-    """OAI-VALID-20: no seed reaches llama.cpp; new_rng refuses one, generate takes none."""
+def seeded(engine: LlamaCppEngine, ids: Sequence[int], seed: int, n: int) -> list[list[int]]:
+    """`n` choices of one seeded request (one rng, as the serving layer makes), each checked
+    to reuse nothing."""
+    rng = engine.new_rng(seed)
+    out = []
+    for _ in range(n):
+        cached, tokens = run_rng(engine, ids, SamplingParams(max_tokens=16), rng)
+        assert cached == 0
+        out.append(tokens)
+    return out
+
+
+def run_rng(
+    engine: LlamaCppEngine, ids: Sequence[int], params: SamplingParams, rng: Any
+) -> tuple[int, list[int]]:
+    items = list(engine.generate(ids, params, rng))
+    assert isinstance(items[0], Prefilled)
+    return items[0].cached_tokens, [t.token_id for t in items if isinstance(t, Token)]
+
+
+def test_a_seed_repeats_cold_or_warm(engine: LlamaCppEngine) -> None:
+    """OAI-SEED-05, OAI-SEED-03, OAI-GGUF-01: the same seed and prompt give the same tokens,
+    on a fresh model (cold) and after the cache held this very prompt (warm: a seeded request
+    prefills in full); the choices of one request differ, another seed differs."""
+    ids = render(engine, LONG_ANSWER)
+    cold_engine = load()
+    try:
+        cold = seeded(cold_engine, ids, 7, 3)
+    finally:
+        cold_engine.close()
+    run(engine, ids, greedy(4))  # the cache now holds the prompt
+    warm = seeded(engine, ids, 7, 3)
+    assert warm == cold
+    assert len({tuple(t) for t in warm}) == 3
+    assert seeded(engine, ids, 8, 1)[0] not in warm
     assert engine.new_rng(None) is None
-    with pytest.raises(ValueError):
-        engine.new_rng(1234)
     with pytest.raises(TypeError):
         engine.generate([1, 2], greedy(1), object())
 
@@ -372,7 +431,7 @@ def test_penalty_formula_equals_the_transformers_engine(frequency: float, presen
     rng = np.random.default_rng(0)
     logits = rng.normal(size=100).astype(np.float32)
     generated = [5, 7, 7, 9, 9, 9, 42]
-    penalties = Penalties(frequency, presence, n_vocab=100)
+    penalties = Penalties(frequency, presence)
     for token_id in generated:
         penalties.add(token_id)
     ours = logits.copy()
@@ -500,3 +559,92 @@ def test_close_frees_the_model() -> None:
         closing.generate(ids, greedy(1), None)
     with pytest.raises(RuntimeError):
         closing.decode(ids)
+
+
+# Constrained decoding (llguidance over the GGUF vocabulary)
+
+VERDICT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "answer": {"enum": ["yes", "no"]},
+        "score": {"type": "integer", "minimum": 1, "maximum": 5},
+    },
+    "required": ["answer", "score"],
+    "additionalProperties": False,
+}
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+DAYS = {
+    "type": "object",
+    "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["days"],
+    "additionalProperties": False,
+}
+
+
+def constrained(
+    engine: LlamaCppEngine, ids: Sequence[int], constraint: Constraint, rng: Any = None
+) -> tuple[str, bool]:
+    """The text of one constrained generation at temperature 1, and whether it ended."""
+    params = SamplingParams(max_tokens=48, temperature=1.0, constraint=constraint)
+    tokens = [t for t in engine.generate(ids, params, rng) if isinstance(t, Token)]
+    return engine.decode([t.token_id for t in tokens]), tokens[-1].eos
+
+
+def test_json_schema_samples_end_and_validate(engine: LlamaCppEngine) -> None:
+    """OAI-SO-02, OAI-SO-08, OAI-SO-18, OAI-GGUF-01: ten samples at temperature 1 under a
+    schema each end with an end-of-generation token and validate; every choice has its own
+    grammar state."""
+    constraint = Constraint(json.dumps(VERDICT))
+    engine.compile_constraint(constraint)
+    ids = render(engine, [{"role": "user", "content": "Is the sky blue? Rate it 1 to 5."}])
+    validator = Draft202012Validator(VERDICT)
+    rng = engine.new_rng(3)
+    for _ in range(10):
+        text, ended = constrained(engine, ids, constraint, rng)
+        assert ended, text
+        assert not list(validator.iter_errors(json.loads(text))), text
+
+
+def test_a_call_constraint_writes_one_option_then_the_tail(engine: LlamaCppEngine) -> None:
+    """OAI-TOOLS-14, OAI-TOOLS-15, OAI-GGUF-01: a forced call's continuation on llama.cpp:
+    one option's head, arguments valid under that option's schema, then the tail."""
+    heads = ['{"name": "get_weather", "arguments": ', '{"name": "forecast", "arguments": ']
+    call = {"options": [[heads[0], CITY], [heads[1], DAYS]], "tail": "}"}
+    constraint = Constraint(json.dumps(call), "call")
+    ids = render(engine, [{"role": "user", "content": "What is the weather in Paris?"}])
+    seen = set()
+    for seed in range(4):
+        text, ended = constrained(engine, ids, constraint, engine.new_rng(seed))
+        assert ended and text.endswith("}"), text
+        head = next(h for h in heads if text.startswith(h))
+        schema = CITY if head == heads[0] else DAYS
+        arguments = json.loads(text[len(head) : -1])
+        assert not list(Draft202012Validator(schema).iter_errors(arguments)), text
+        seen.add(head)
+    assert seen
+
+
+def test_a_grammar_the_library_refuses_is_unsupported(engine: LlamaCppEngine) -> None:
+    """OAI-SO-20, OAI-SO-22: a look-ahead the grammar library cannot enforce raises
+    ConstraintUnsupported at compile time, before any generation."""
+    with pytest.raises(ConstraintUnsupported, match="look"):
+        engine.compile_constraint(
+            Constraint(json.dumps({"type": "string", "pattern": "^(?=a)a+$"}))
+        )
+
+
+def test_the_mask_matches_the_transformers_engine(engine: LlamaCppEngine, hf_engine: Any) -> None:
+    """OAI-TOKIDS-01, OAI-GGUF-01: one model file, one grammar: the first step of `json_object`
+    allows the same token ids on both engines (one tokenizer for llguidance each)."""
+    constraint = Constraint(json.dumps({"type": "object"}))
+    width = engine.facts.vocab_size
+    ours = engine.grammars.guide(constraint).allowed(width)
+    hf = Grammars(hf_engine.tokenizer, hf_engine.eos_ids, width)
+    theirs = hf.guide(constraint).allowed(width)
+    assert 0 < int(ours.sum()) < 10 and (ours == theirs).all()
+    assert all(engine.token_text(int(i)).startswith("{") for i in np.flatnonzero(ours))

@@ -297,6 +297,28 @@ def test_sampling_fields_have_no_effect(client: TestClient, path: str) -> None:
     assert tuned["choices"] == plain["choices"]
 
 
+@pytest.mark.parametrize("path", [COMPLETIONS, CHAT])
+def test_a_seed_is_echoed_and_changes_nothing(client: TestClient, path: str) -> None:
+    """OAI-SEED-10 (OAI-SEED-04, OAI-VALID-02): a seed on a scoring request is accepted and
+    echoed in X-miLLM-Seed, is not reported unused (strict mode accepts it), and leaves the
+    numbers as they are; without one there is no X-miLLM-Seed (OAI-SEED-08)."""
+    base: dict[str, Any] = {"model": MODEL_ID, "max_tokens": 1}
+    if path == CHAT:
+        base |= {"messages": USER, "logprobs": True, "top_logprobs": 5}
+    else:
+        base |= {"prompt": PROMPT, "logprobs": 5}
+    plain = post(client, path, base)
+    assert "X-miLLM-Seed" not in plain.headers
+    for seed in (7, 4294967295):
+        response = client.post(
+            path, json={**base, "seed": seed}, headers={"X-miLLM-Strict": "true"}
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["X-miLLM-Seed"] == f'{seed};scope="request"'
+        assert "X-miLLM-Ignored-Fields" not in response.headers
+        assert response.json()["choices"] == plain.json()["choices"]
+
+
 def test_allowed_without_logprobs_constrains_only(client: TestClient) -> None:
     """OAI-SCORE-17, OAI-CSCORE-19: the best allowed token, and `logprobs: null`."""
     engine = engine_of(client)
@@ -311,7 +333,11 @@ def test_allowed_without_logprobs_constrains_only(client: TestClient) -> None:
     for extra in ({}, {"logprobs": False}):
         (choice,) = chat_score(client, allowed_token_ids=ALLOWED, **extra)["choices"]
         assert choice["logprobs"] is None
-        assert choice["message"] == {"role": "assistant", "content": engine.token_text(best)}
+        assert choice["message"] == {
+            "role": "assistant",
+            "content": engine.token_text(best),
+            "refusal": None,
+        }
 
 
 def test_token_id_keys(client: TestClient) -> None:
@@ -401,7 +427,7 @@ def test_chat_scoring_shape(client: TestClient) -> None:
     assert body["usage"]["prompt_tokens"] == len(ids)
     (choice,) = body["choices"]
     best_text = engine.token_text(best3[0])
-    assert choice["message"] == {"role": "assistant", "content": best_text}
+    assert choice["message"] == {"role": "assistant", "content": best_text, "refusal": None}
     assert "content" in choice["logprobs"]
     (entry,) = choice["logprobs"]["content"]  # exactly one entry (OAI-CSCORE-14)
     assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"}
@@ -505,32 +531,33 @@ def chat(**extra: Any) -> dict[str, Any]:
 
 
 INLINE = {"sae_id": SAE_ID, "features": [{"index": 5, "strength": 10.0}]}
-SCORING = "invalid_scoring_request"
+SCORING = "invalid_scoring_request"  # an id outside the vocabulary, a prompt of no tokens
+RULE = "invalid_parameter"  # a broken scoring rule (REQ-000 open point 9)
 NOT_HONOURED = "field_not_honoured"
 
 
 @pytest.mark.parametrize(
     ("path", "body", "code", "param"),
     [
-        (COMPLETIONS, cmpl(max_tokens=5), SCORING, "max_tokens"),
-        (COMPLETIONS, cmpl(max_tokens=100, logprobs=5), SCORING, "max_tokens"),
-        (COMPLETIONS, cmpl(max_tokens=None), SCORING, "max_tokens"),
-        (COMPLETIONS, cmpl(max_tokens=None, max_completion_tokens=2), SCORING, "max_tokens"),
+        (COMPLETIONS, cmpl(max_tokens=5), RULE, "max_tokens"),
+        (COMPLETIONS, cmpl(max_tokens=100, logprobs=5), RULE, "max_tokens"),
+        (COMPLETIONS, cmpl(max_tokens=None), RULE, "max_tokens"),
+        (COMPLETIONS, cmpl(max_tokens=None, max_completion_tokens=2), RULE, "max_tokens"),
         (
             COMPLETIONS,
             cmpl(logprobs=None, allowed_token_ids=[1], max_tokens=2),
-            SCORING,
+            RULE,
             "max_tokens",
         ),
-        (CHAT, chat(max_tokens=2), SCORING, "max_tokens"),
-        (CHAT, chat(max_tokens=None), SCORING, "max_tokens"),
+        (CHAT, chat(max_tokens=2), RULE, "max_tokens"),
+        (CHAT, chat(max_tokens=None), RULE, "max_tokens"),
         (COMPLETIONS, cmpl(n=2), NOT_HONOURED, "n"),
-        (CHAT, chat(n=2), SCORING, "n"),
-        (COMPLETIONS, cmpl(stream=True), SCORING, "stream"),
-        (CHAT, chat(stream=True), SCORING, "stream"),
-        (CHAT, chat(logprobs=None, allowed_token_ids=[1], stream=True), SCORING, "stream"),
-        (COMPLETIONS, cmpl(temperature=0.0005), SCORING, "temperature"),
-        (CHAT, chat(temperature=0.0005), SCORING, "temperature"),
+        (CHAT, chat(n=2), RULE, "n"),
+        (COMPLETIONS, cmpl(stream=True), RULE, "stream"),
+        (CHAT, chat(stream=True), RULE, "stream"),
+        (CHAT, chat(logprobs=None, allowed_token_ids=[1], stream=True), RULE, "stream"),
+        (COMPLETIONS, cmpl(temperature=0.0005), RULE, "temperature"),
+        (CHAT, chat(temperature=0.0005), RULE, "temperature"),
         (COMPLETIONS, cmpl(profile="humor"), NOT_HONOURED, "profile"),
         (COMPLETIONS, cmpl(steering_intensity=1.0), NOT_HONOURED, "steering_intensity"),
         (COMPLETIONS, cmpl(steering=INLINE), NOT_HONOURED, "steering"),
@@ -557,7 +584,7 @@ NOT_HONOURED = "field_not_honoured"
         ),
         (CHAT, chat(logprobs=None, top_logprobs=2), "invalid_parameter", "top_logprobs"),
         (CHAT, chat(logprobs=False, top_logprobs=2), "invalid_parameter", "top_logprobs"),
-        (COMPLETIONS, cmpl(allowed_token_ids=[]), SCORING, "allowed_token_ids"),
+        (COMPLETIONS, cmpl(allowed_token_ids=[]), RULE, "allowed_token_ids"),
         (COMPLETIONS, cmpl(allowed_token_ids=[3, -1]), SCORING, "allowed_token_ids[1]"),
         (CHAT, chat(allowed_token_ids=[-7]), SCORING, "allowed_token_ids[0]"),
     ],
@@ -587,7 +614,7 @@ NOT_HONOURED = "field_not_honoured"
         "OAI-CSCORE-24-tools",
         "OAI-CSCORE-08-absent",
         "OAI-CSCORE-08-false",
-        "OAI-SCORE-19-empty-set",
+        "OAI-SCORE-03-empty-set",
         "OAI-SCORE-19-negative",
         "OAI-SCORE-19-chat-negative",
     ],
@@ -595,7 +622,10 @@ NOT_HONOURED = "field_not_honoured"
 def test_scoring_refusals_before_any_load(
     bare_client: TestClient, path: str, body: dict[str, Any], code: str, param: str
 ) -> None:
-    """OAI-SCORE-09/10/19/26..30/32, OAI-CSCORE-04..08/24: 400 naming the field, no load."""
+    """OAI-SCORE-09/10/19/26..30/32, OAI-CSCORE-04..08/24: 400 naming the field, no load.
+
+    A broken scoring rule is `invalid_parameter` (REQ-000 open point 9); OAI-ERR-16 keeps
+    `invalid_scoring_request` for ids outside the vocabulary (negative ones here)."""
     body = {k: v for k, v in body.items() if v is not None}
     error_of(bare_client.post(path, json=body), 400, code, param)
     assert_nothing_loaded(bare_client)

@@ -938,14 +938,14 @@ def test_streams_end_with_the_steering_chunk(
     assert events[-1] == "[DONE]"
     chunk = events[-2]
     assert chunk == {
-        "id": chunk["id"],
+        "id": events[0]["id"],
         "object": "chat.completion.chunk",
-        "created": 0,
+        "created": events[0]["created"],
         "model": MODEL_ID,
+        "system_fingerprint": events[0]["system_fingerprint"],
         "choices": [],
         "millm_steering": expected,
     }
-    assert chunk["id"] == events[0]["id"]
     assert [e for e in events[:-1] if "millm_steering" in e] == [chunk]
     assert events[-3]["choices"][0]["finish_reason"] is not None  # after the final content
 
@@ -965,7 +965,7 @@ def test_completion_streams_end_with_the_steering_chunk(server: TestClient) -> N
         events = data_of([line for line in response.iter_lines() if line])
     assert response.status_code == 200 and STEERING not in response.headers
     assert events[-1] == "[DONE]"
-    assert events[-2]["choices"] == [] and events[-2]["created"] == 0
+    assert events[-2]["choices"] == [] and events[-2]["created"] == events[0]["created"] > 0
     assert events[-2]["millm_steering"] == inline_value({3: 7.0})
 
 

@@ -165,6 +165,9 @@ def sse_data(client: TestClient, payload: dict[str, Any]) -> list[Any]:
     with client.stream("POST", CHAT, json={**payload, "stream": True}) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["X-miLLM-Model"] == payload["model"]
+        shown = payload.get("tools") and payload.get("tool_choice") != "none"
+        family = payload["model"].removeprefix("SmolLM2-") if shown else None
+        assert response.headers.get("X-miLLM-Tool-Format") == family
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     payloads = [line.removeprefix("data: ") for line in lines]
     return [p if p == "[DONE]" else json.loads(p) for p in payloads]
@@ -243,20 +246,6 @@ def test_tool_choice_needs_tools_and_names_are_unique(tools_client: TestClient) 
     assert tools_client.app.state.manager.resident is None  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [("tools", WEATHER), ("tool_choice", "auto"), ("parallel_tool_calls", False)],
-    ids=["OAI-TOOLS-22-tools", "OAI-TOOLS-22-tool_choice", "OAI-TOOLS-22-parallel_tool_calls"],
-)
-def test_gguf_refuses_tools_before_loading(
-    tools_client: TestClient, field: str, value: Any
-) -> None:
-    """OAI-TOOLS-22: tools on a GGUF model is field_not_honoured, before any load."""
-    payload = {"model": GGUF_ID, "messages": few_shot()[-1:], field: value}
-    error_of(tools_client.post(CHAT, json=payload), 400, "field_not_honoured", field)
-    assert tools_client.app.state.manager.resident is None  # type: ignore[attr-defined]
-
-
 def test_scoring_refuses_tools(tools_client: TestClient) -> None:
     """OAI-TOOLS-27: tools on a scoring request is field_not_honoured naming `tools`."""
     payload = body("hermes", logprobs=True, max_tokens=1)
@@ -296,15 +285,18 @@ def test_auto_shows_the_tools_and_parses_the_reply(family: str, replies: Replies
 
 @pytest.mark.parametrize("choice", ["required", NAMED], ids=["OAI-TOOLS-14", "OAI-TOOLS-15"])
 def test_forced_call(family: str, choice: Any, replies: Replies, tools_client: TestClient) -> None:
-    """OAI-TOOLS-03, -04, -14, -15, -30, -32: a forced call, its opening part of the prompt."""
+    """OAI-TOOLS-03, -04, -14, -15, -30, -32: a forced call, its opening part of the prompt;
+    X-miLLM-Tool-Format names the template's format (OAI-TOOLS-11)."""
     response = tools_client.post(CHAT, json=body(family, tool_choice=choice))
     assert response.status_code == 200, response.text
     assert response.headers["X-miLLM-Model"] == f"SmolLM2-{family}"
     assert response.headers["X-miLLM-Steering"] == "none"
+    assert response.headers["X-miLLM-Tool-Format"] == family
     reply = response.json()
     [only] = reply["choices"]
     assert only["finish_reason"] == "tool_calls"
-    assert set(only["message"]) == {"role", "content", "tool_calls"}
+    assert {"role", "content", "tool_calls"} <= set(only["message"])
+    assert set(only["message"]) <= {"role", "content", "tool_calls", "refusal"}
     assert only["message"]["role"] == "assistant" and only["message"]["content"] is None
     [call] = only["message"]["tool_calls"]
     assert_weather_call(call)
@@ -440,42 +432,34 @@ def test_tool_choice_none_hides_the_tools(family: str, replies: Replies) -> None
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["reply", "stream"])
-@pytest.mark.parametrize(
-    "model",
-    [MODEL_ID, "SmolLM2-plain", "SmolLM2-gemma"],
-    ids=["OAI-TOOLS-23-default", "OAI-TOOLS-23", "OAI-TOOLS-24"],
-)
-def test_templates_without_a_known_call_format_refuse_tools(
-    tools_client: TestClient, model: str, stream: bool
+def test_templates_with_an_unknown_call_format_refuse_tools(
+    tools_client: TestClient, stream: bool
 ) -> None:
-    """OAI-TOOLS-23, -24: field_not_honoured naming `tools`, once resident, before a 200."""
-    payload = body("plain", model=model, stream=stream)
+    """OAI-TOOLS-24: a template that takes tools in a format none reads: field_not_honoured
+    naming `tools`, once resident, before a 200. (A template that takes no tools is served in
+    the generic format: tests/integration/test_tools_generic.py.)"""
+    payload = body("plain", model="SmolLM2-gemma", stream=stream)
     error_of(tools_client.post(CHAT, json=payload), 400, "field_not_honoured", "tools")
     resident = tools_client.app.state.manager.resident  # type: ignore[attr-defined]
-    assert resident is not None and resident[0].model_id == model
+    assert resident is not None and resident[0].model_id == "SmolLM2-gemma"
 
 
-def test_a_model_without_template_refuses_tool_history(tools_client: TestClient) -> None:
-    """OAI-TOOLS-20: 400 naming the first call or tool result, never dropped."""
-    payload = {"model": "SmolLM2-notemplate", "messages": few_shot(), "max_tokens": 1}
-    error_of(
-        tools_client.post(CHAT, json=payload), 400, "invalid_parameter", "messages[1].tool_calls"
-    )
-    results = [{"role": "user", "content": "Hi"}, *few_shot()[2:]]
-    payload = {**payload, "messages": results}
-    error_of(tools_client.post(CHAT, json=payload), 400, "invalid_parameter", "messages[1]")
-    plain = post(tools_client, {**payload, "messages": [{"role": "user", "content": "Hi"}]})
-    assert plain["choices"][0]["finish_reason"] == "length"
+def test_a_template_without_tools_is_served_generic(tools_client: TestClient) -> None:
+    """OAI-TOOLS-23 (superseded): the plain template takes no tools, so the tools are shown by
+    the server in the generic format, as the header says."""
+    response = tools_client.post(CHAT, json=body("plain", tool_choice=NAMED))
+    assert response.status_code == 200, response.text
+    assert response.headers["X-miLLM-Tool-Format"] == "generic"
+    [call] = response.json()["choices"][0]["message"]["tool_calls"]
+    assert_weather_call(call)
 
 
-def test_gguf_reports_tool_history_as_ignored(tools_client: TestClient) -> None:
-    """OAI-TOOLS-33: tool-call history is reported; llama.cpp gets role and content only."""
+def test_gguf_takes_tool_history(tools_client: TestClient) -> None:
+    """OAI-TOOLS-33, OAI-GGUF-01: llama.cpp honours tools, so tool-call history on GGUF is
+    used (rendered as the generic format renders it), never reported as ignored."""
     messages = [*few_shot()[:4], {"role": "user", "content": "And in Paris?"}]
     payload = {"model": GGUF_ID, "messages": messages, "max_tokens": 8, "temperature": 0}
     response = tools_client.post(CHAT, json=payload)
     assert response.status_code == 200, response.text
-    ignored = response.headers["X-miLLM-Ignored-Fields"]
-    assert '"messages[1].tool_calls"' in ignored and '"messages[2].tool_call_id"' in ignored
-    bare = [{"role": m["role"], "content": m["content"] or ""} for m in messages]
-    same = post(tools_client, {**payload, "messages": bare})
-    assert response.json()["choices"][0]["message"] == same["choices"][0]["message"]
+    ignored = response.headers.get("X-miLLM-Ignored-Fields", "")
+    assert "tool_calls" not in ignored and "tool_call_id" not in ignored

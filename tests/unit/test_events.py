@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
-from miserver.serving.events import EventBus
+from miserver.http import request_id
+from miserver.serving.events import EventBus, LogEvents
+from miserver.serving.telemetry import Meter
 
 
 def test_events_reach_every_listener_from_any_thread() -> None:
@@ -40,3 +43,34 @@ def test_a_slow_listener_loses_its_oldest_events() -> None:
             return [(await queue.get()).data["step"] for _ in range(3)]
 
     assert asyncio.run(scenario()) == [7, 8, 9]
+
+
+def test_log_and_telemetry_events_name_the_request() -> None:
+    """LOC-EVENTS-26: a `log` event and a `token`/`done` event carry the `request_id` they
+    were made for (the response's x-request-id), null outside a request."""
+    logger = logging.getLogger("miserver.tests.events")
+
+    async def scenario() -> list[tuple[str, object]]:
+        bus = EventBus()
+        handler = LogEvents(bus)
+        logger.addHandler(handler)
+        try:
+            async with bus.subscribe() as queue:
+                logger.warning("outside")
+                with request_id.bound("trace-7"):
+                    logger.warning("inside")
+                    meter = Meter(bus.publish, steps=1, n_prompt=3)
+                worker = threading.Thread(target=lambda: (meter.token(0.01), meter.done(False)))
+                worker.start()
+                worker.join()
+                events = [await queue.get() for _ in range(4)]
+        finally:
+            logger.removeHandler(handler)
+        return [(e.name, e.data["request_id"]) for e in events]
+
+    assert asyncio.run(scenario()) == [
+        ("log", None),
+        ("log", "trace-7"),
+        ("token", "trace-7"),
+        ("done", "trace-7"),
+    ]

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from miserver.engines.llamacpp import CAPABILITIES as LLAMACPP_CAPS
 from miserver.http.errors import FieldNotHonoured
 from miserver.serving.policy import decide, is_no_change, matrix, review
 
@@ -45,6 +46,31 @@ def test_explicit_null_means_no_change() -> None:
         **{name: None for name in matrix().endpoints["chat"] if name not in {"model", "messages"}},
     }
     assert review("chat", body, "transformers", CAPS) == []
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions", "embeddings"])
+def test_explicit_null_for_unknown_fields_is_no_change(endpoint: str) -> None:
+    """OAI-VALID-32: a null unknown field, top-level or nested, is neither reported nor
+    refused, while the same fields with values are reported."""
+    base: dict[str, Any] = {
+        "chat": {"messages": USER},
+        "completions": {"prompt": "Hi"},
+        "embeddings": {"input": "Hi"},
+    }[endpoint]
+
+    def body(value: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": "m", **base, "foo_bar": value, "user": value}
+        if endpoint != "embeddings":
+            out |= {"stream": True, "stream_options": {"include_usage": True, "baz": value}}
+        if endpoint == "chat":
+            out["messages"] = [{"role": "user", "content": "Hi", "weight": value}]
+        return out
+
+    assert review(endpoint, body(None), "transformers", CAPS) == []
+    reported = review(endpoint, body(1), "transformers", CAPS)
+    assert "foo_bar" in reported
+    if endpoint == "chat":
+        assert {"stream_options.baz", "messages[0].weight"} <= set(reported)
 
 
 def test_user_and_undeclared_fields_are_reported_by_location() -> None:
@@ -111,20 +137,48 @@ def test_chat_template_kwargs_is_reported_on_gguf() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [
-        ("seed", 1),
-        ("n", 2),
-        ("response_format", {"type": "json_object"}),
-        ("logprobs", True),
-        ("steering", {}),
-    ],
-    ids=["OAI-VALID-20", "OAI-VALID-21", "OAI-VALID-19", "OAI-VALID-17", "OAI-VALID-24"],
+    [("logprobs", True), ("steering", {})],
+    ids=["OAI-VALID-17", "OAI-VALID-24"],
 )
 def test_gguf_column_refuses(field: str, value: Any) -> None:
-    """OAI-VALID-15: the GGUF column of the matrix refuses output-changing fields."""
+    """OAI-VALID-15: the GGUF column of the matrix refuses scoring and steering."""
     with pytest.raises(FieldNotHonoured) as info:
-        review("chat", {"model": "m", "messages": USER, field: value}, "gguf", frozenset())
+        review("chat", {"model": "m", "messages": USER, field: value}, "gguf", LLAMACPP_CAPS)
     assert info.value.param == field
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "field", "value"),
+    [
+        ("chat", "seed", 1),
+        ("completions", "seed", 1),
+        ("chat", "n", 2),
+        ("chat", "response_format", {"type": "json_object"}),
+        ("chat", "tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("chat", "tool_choice", "auto"),
+        ("chat", "parallel_tool_calls", False),
+    ],
+    ids=[
+        "OAI-VALID-20",
+        "OAI-VALID-20-completions",
+        "OAI-VALID-21",
+        "OAI-VALID-19",
+        "OAI-TOOLS-22",
+        "OAI-TOOLS-22-tool_choice",
+        "OAI-TOOLS-22-parallel_tool_calls",
+    ],
+)
+def test_gguf_column_honours_what_llama_cpp_now_does(endpoint: str, field: str, value: Any) -> None:
+    """OAI-VALID-15, OAI-GGUF-01 (contract extension: OAI-SEED-13, OAI-SO-11, OAI-TOOLS-22
+    superseded): seeds, `n`, structured output and tools are honoured on GGUF, by the
+    capabilities the llama.cpp engine declares; an engine without them is "not
+    implemented"."""
+    prompt = {"messages": USER} if endpoint == "chat" else {"prompt": "Hi"}
+    body = {"model": "m", **prompt, field: value}
+    assert review(endpoint, body, "gguf", LLAMACPP_CAPS) == []
+    if field != "n":
+        with pytest.raises(FieldNotHonoured, match="not implemented"):
+            review(endpoint, body, "gguf", frozenset({"generate", "chat"}))
 
 
 def test_needs_rules_follow_capabilities() -> None:

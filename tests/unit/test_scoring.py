@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
 
 from miserver.engines.base import NonFiniteLogits, Scored, ScoreQuery
 from miserver.engines.transformers.scoring import scored
-from miserver.serving.scoring import ScoringAsk, ScoringReply
+from miserver.http.errors import ApiError
+from miserver.serving.scoring import ScoringAsk, ScoringReply, check_mode, unused_fields
 
 INF = float("inf")
 NAN = float("nan")
@@ -108,4 +110,34 @@ def test_chat_entries_carry_bytes() -> None:
     [entry] = choice["logprobs"]["content"]
     assert entry["token"] == "token_id:4" and entry["bytes"] == [0xC3, 0xA9]
     assert [t["token"] for t in entry["top_logprobs"]] == ["token_id:4", "token_id:3"]
-    assert choice["message"] == {"role": "assistant", "content": "é"}
+    assert choice["message"] == {"role": "assistant", "content": "é", "refusal": None}
+
+
+@pytest.mark.parametrize(
+    ("rule", "param"),
+    [
+        ({"max_tokens": 2, "n": 1, "stream": False, "temperature": 0.0}, "max_tokens"),
+        ({"max_tokens": None, "n": 1, "stream": False, "temperature": 0.0}, "max_tokens"),
+        ({"max_tokens": 1, "n": 2, "stream": False, "temperature": 0.0}, "n"),
+        ({"max_tokens": 1, "n": 1, "stream": True, "temperature": 0.0}, "stream"),
+        ({"max_tokens": 1, "n": 1, "stream": False, "temperature": 0.0005}, "temperature"),
+    ],
+    ids=["OAI-SCORE-09", "OAI-SCORE-09-absent", "OAI-SCORE-10", "OAI-CSCORE-06", "OAI-SCORE-26"],
+)
+def test_a_broken_scoring_rule_is_invalid_parameter(rule: dict[str, Any], param: str) -> None:
+    """REQ-000 open point 9: a scoring rule broken is 400 invalid_parameter naming the field
+    (OAI-ERR-16 keeps invalid_scoring_request for vocabulary ids and empty prompts)."""
+    with pytest.raises(ApiError) as refused:
+        check_mode({}, **rule)
+    assert (refused.value.code, refused.value.param, refused.value.status) == (
+        "invalid_parameter",
+        param,
+        400,
+    )
+
+
+def test_a_seed_is_not_an_unused_scoring_field() -> None:
+    """OAI-SEED-10: a seed on a scoring request is used (echoed), never reported unused;
+    top_p and the other sampling fields still are (OAI-SCORE-14, OAI-VALID-02)."""
+    body = {"seed": 7, "top_p": 0.5, "stop": ["x"], "frequency_penalty": 1.0}
+    assert unused_fields(body) == ["top_p", "stop", "frequency_penalty"]

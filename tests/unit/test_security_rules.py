@@ -179,7 +179,7 @@ def uvicorn_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
 
     class FakeServer:
-        def __init__(self, settings: Settings, *, policy: AccessPolicy) -> None:
+        def __init__(self, settings: Settings, *, policy: AccessPolicy, flags: Any = None) -> None:
             self.policy = policy
 
         def launch_model_id(self) -> str:

@@ -11,7 +11,7 @@ import pytest
 from miserver.engines.base import ChatPrompt
 from miserver.http.errors import ApiError
 from miserver.serving.toolcalls import FORMATS
-from miserver.serving.tools import CallBuffer, tool_ask, tool_plan
+from miserver.serving.tools import CallBuffer, format_header, tool_ask, tool_plan
 
 TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
 WEATHER = {
@@ -66,7 +66,61 @@ def test_ask_defaults_and_limit() -> None:
     one = tool_ask({"tools": [WEATHER], "parallel_tool_calls": False})
     assert one is not None and one.limit == 1
     named = tool_ask({"tools": [WEATHER], "tool_choice": {"function": {"name": "get_weather"}}})
-    assert named is not None and (named.choice, named.name) == ("function", "get_weather")
+    assert named is not None and (named.choice, named.name, named.limit) == (
+        "function",
+        "get_weather",
+        1,
+    )
+
+
+def test_arguments_hold_only_declared_keys() -> None:
+    """OAI-TOOLS-15 (issue 15 item 6): an object that lists `properties` and says nothing of
+    others is closed at every depth, as llama.cpp's grammars read a schema; one that allows
+    others keeps them; a function with no properties takes `{}` only."""
+    nested = {
+        "type": "object",
+        "properties": {
+            "where": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {}}},
+            "extra": {"type": "object", "properties": {}, "additionalProperties": True},
+        },
+    }
+    tool = {"type": "function", "function": {"name": "f", "parameters": nested}}
+    params = tool_ask({"tools": [tool]}).parameters["f"]  # type: ignore[union-attr]
+    assert params["additionalProperties"] is False
+    assert params["properties"]["where"]["additionalProperties"] is False
+    assert params["properties"]["tags"]["items"]["additionalProperties"] is False
+    assert params["properties"]["extra"]["additionalProperties"] is True
+
+
+def test_keywords_outside_the_subset_are_dropped_not_the_schema() -> None:
+    """OAI-TOOLS-15 (issue 15 item 6): a tool's schema is enforced less the keywords the
+    grammar subset lacks (LangChain writes `exclusiveMinimum`), so `input` stays an integer;
+    an object bounded by `patternProperties` admits other members once that keyword goes."""
+    bounded = {"type": "integer", "exclusiveMinimum": -1000, "exclusiveMaximum": 1000}
+    parameters = {
+        "type": "object",
+        "properties": {
+            "input": bounded,
+            "labels": {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
+        },
+        "required": ["input"],
+    }
+    tool = {"type": "function", "function": {"name": "magic", "parameters": parameters}}
+    params = tool_ask({"tools": [tool]}).parameters["magic"]  # type: ignore[union-attr]
+    assert params["properties"]["input"] == {"type": "integer"}
+    assert params["properties"]["labels"] == {"type": "object", "additionalProperties": True}
+    assert (params["required"], params["additionalProperties"]) == (["input"], False)
+
+
+def test_a_named_choice_is_one_call_in_the_generic_schema() -> None:
+    """OAI-TOOLS-15 (issue 15 item 6): a named tool_choice asks for that function's call once,
+    so the generic document holds at most one call, even with parallel calls allowed."""
+    body = {"tools": [WEATHER, TIME], "tool_choice": {"function": {"name": "get_weather"}}}
+    plan = tool_plan(tool_ask(body), None)
+    assert plan is not None and plan.constraint is not None
+    calls = json.loads(plan.constraint.text)["properties"]["tool_calls"]
+    assert (calls["minItems"], calls["maxItems"]) == (1, 1)
 
 
 def test_parameters_outside_the_subset_are_enforced_as_any_object() -> None:
@@ -75,21 +129,39 @@ def test_parameters_outside_the_subset_are_enforced_as_any_object() -> None:
     ask = tool_ask({"tools": [WEATHER, TIME, ODD]})
     assert ask is not None
     assert ask.parameters == {
-        "get_weather": WEATHER["function"]["parameters"],  # type: ignore[index]
+        "get_weather": {**WEATHER["function"]["parameters"], "additionalProperties": False},  # type: ignore[dict-item]
         "get_time": {"type": "object"},
         "odd": {"type": "object"},
     }
 
 
-def test_templates_without_tools_or_with_unknown_formats_are_refused() -> None:
-    """OAI-TOOLS-23, OAI-TOOLS-24: field_not_honoured naming `tools`."""
+def test_templates_that_take_no_tools_get_the_generic_format() -> None:
+    """OAI-TOOLS-23 (superseded by the generic format): a template that takes no tools, or
+    none at all, is served in the generic format: no opening, the reply one JSON document."""
     ask = tool_ask({"tools": [WEATHER]})
     plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    for text in (None, plain):
+        plan = tool_plan(ask, text)
+        assert plan is not None and plan.format.name == "generic" and plan.opening == ""
+        assert plan.constraint is not None and plan.constraint.kind == "json_schema"
+
+
+def test_templates_with_unknown_formats_are_refused() -> None:
+    """OAI-TOOLS-24: a template that takes tools in a format none reads: field_not_honoured."""
     gemma = "{% if tools %}<start_function_declaration>{{ tools }}{% endif %}"
-    for text in (None, plain, gemma):
-        with pytest.raises(ApiError) as info:
-            tool_plan(ask, text)
-        assert (info.value.code, info.value.param) == ("field_not_honoured", "tools")
+    with pytest.raises(ApiError) as info:
+        tool_plan(tool_ask({"tools": [WEATHER]}), gemma)
+    assert (info.value.code, info.value.param) == ("field_not_honoured", "tools")
+
+
+@pytest.mark.parametrize("family", ["hermes", "lfm2", "llama3", "generic"])
+def test_the_format_is_stated_in_a_header(family: str) -> None:
+    """OAI-TOOLS-11, -30: X-miLLM-Tool-Format names the format the tools were shown in; none
+    without a plan."""
+    text = None if family == "generic" else template(family)
+    plan = tool_plan(tool_ask({"tools": [WEATHER]}), text)
+    assert format_header(plan) == {"X-miLLM-Tool-Format": family}
+    assert format_header(None) == {}
 
 
 def test_none_is_a_plain_chat() -> None:
@@ -125,11 +197,12 @@ def test_forced_calls_are_constrained_where_arguments_are_json(
     assert required is not None and required.constraint is not None
     assert required.constraint.kind == "call"
     payload = json.loads(required.constraint.text)
-    assert payload == {"options": [[head, WEATHER["function"]["parameters"]]], "tail": tail}  # type: ignore[index]
+    closed = {**WEATHER["function"]["parameters"], "additionalProperties": False}  # type: ignore[dict-item]
+    assert payload == {"options": [[head, closed]], "tail": tail}
     forced = {"function": {"name": "get_weather"}}
     named = tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": forced}), template(family))
     assert named is not None and named.constraint is not None
-    assert json.loads(named.constraint.text)["options"] == [["", WEATHER["function"]["parameters"]]]  # type: ignore[index]
+    assert json.loads(named.constraint.text)["options"] == [["", closed]]
     assert named.opening.endswith(": ") and "get_weather" in named.opening
 
 

@@ -1,10 +1,13 @@
 """Constrained decode speed against unconstrained, through the same server, in one run.
 
-    python -m tools.bench.structured [--rounds 5] [--tokens 128] [--threads N]
+    python -m tools.bench.structured [--engine transformers|gguf] [--rounds 5]
+        [--tokens 128] [--threads N]
 
 Paths, each `POST /v1/chat/completions` (greedy, `max_tokens` = N, the whole
-JSON body timed) to one `miserver serve --model SmolLM2-135M-Instruct`
-subprocess on loopback:
+JSON body timed) to one `miserver serve` subprocess on loopback serving
+SmolLM2-135M-Instruct on the chosen engine: `transformers` (the GGUF's
+conversion, `SmolLM2-135M-Instruct`) or `gguf` (the file itself on
+llama.cpp, `SmolLM2-135M-Instruct:Q4_1`, the default engine):
 
 - `plain`: no `response_format` (the base);
 - `json_schema`: `response_format` json_schema whose one string property has
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import llama_cpp
 import torch
 
 from miserver.settings import from_env
@@ -39,7 +43,7 @@ from tools.bench import common
 
 log = logging.getLogger("bench.structured")
 
-MODEL_ID = "SmolLM2-135M-Instruct"
+MODELS = {"transformers": "SmolLM2-135M-Instruct", "gguf": "SmolLM2-135M-Instruct:Q4_1"}
 MESSAGES = [
     {
         "role": "user",
@@ -62,9 +66,13 @@ Run = common.Run
 
 
 def post(
-    client: httpx.Client, base_url: str, tokens: int, response_format: Mapping[str, Any] | None
+    client: httpx.Client,
+    base_url: str,
+    model: str,
+    tokens: int,
+    response_format: Mapping[str, Any] | None,
 ) -> Run:
-    body: dict[str, Any] = common.chat_body(MODEL_ID, MESSAGES, tokens, stream=False)
+    body: dict[str, Any] = common.chat_body(model, MESSAGES, tokens, stream=False)
     if response_format is not None:
         body["response_format"] = dict(response_format)
     started = time.perf_counter()
@@ -76,33 +84,47 @@ def post(
     return Run(reply["usage"]["completion_tokens"], seconds, text)
 
 
-def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Run]]:
+def measure(
+    engine: str, rounds: int, tokens: int, threads: int | None, work: Path
+) -> dict[str, list[Run]]:
     settings = from_env()
+    model = MODELS[engine]
+    args = ["--model", model]
+    if threads is not None:
+        args += ["--threads", str(threads)]
     with (
-        common.served(work / "data", settings.cache_dir, threads, ["--model", MODEL_ID]) as url,
+        common.served(work / "data", settings.cache_dir, threads, args) as url,
         httpx.Client(timeout=600.0) as client,
     ):
         paths: dict[str, Callable[[], Run]] = {
-            "plain": lambda: post(client, url, tokens, None),
-            "json_schema": lambda: post(client, url, tokens, ESSAY),
-            "json_object": lambda: post(client, url, tokens, {"type": "json_object"}),
+            "plain": lambda: post(client, url, model, tokens, None),
+            "json_schema": lambda: post(client, url, model, tokens, ESSAY),
+            "json_object": lambda: post(client, url, model, tokens, {"type": "json_object"}),
         }
         return common.interleave(paths, rounds)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=sorted(MODELS), default="transformers")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for the server")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="the server's threads (torch or llama.cpp)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="miserver-bench-") as work:
-        runs = measure(args.rounds, args.tokens, args.threads, Path(work))
+        runs = measure(args.engine, args.rounds, args.tokens, args.threads, Path(work))
+    library = (
+        f"torch {torch.__version__}"
+        if args.engine == "transformers"
+        else f"llama-cpp-python {llama_cpp.__version__}"
+    )
     sys.stdout.write(
-        f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds of "
-        f"{args.tokens} greedy tokens per path\n\n"
+        f"{MODELS[args.engine]} on {args.engine}, {library}, {os.cpu_count()} CPUs, "
+        f"{args.rounds} rounds of {args.tokens} greedy tokens per path\n\n"
     )
     sys.stdout.write(common.table(runs, args.tokens, base="plain"))
     return 0

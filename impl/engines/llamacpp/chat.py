@@ -31,6 +31,7 @@ from jinja2.utils import Namespace
 from ..base import ChatPrompt, PromptError
 from ..chatmessages import (
     FALLBACK_TEMPLATE,
+    refuse_tool_history,
     split_partial,
     template_variables,
     tokenize_with_one_bos,
@@ -111,10 +112,17 @@ def compile_template(source: str) -> Template:
 
 
 def render_text(template: ChatTemplate, prompt: ChatPrompt) -> str:
-    """The chat rendered as text, ready for the assistant's next tokens."""
+    """The chat rendered as text, ready for the assistant's next tokens.
+
+    As on transformers: tools go to the template (OAI-TOOLS-02); the fallback
+    refuses tool history rather than drop it (OAI-TOOLS-20); a forced call's
+    opening follows the render (OAI-TOOLS-32).
+    """
     messages, partial = split_partial(prompt.messages)
+    if template.source is None:
+        refuse_tool_history(prompt.messages)
     variables: dict[str, Any] = {
-        "tools": None,
+        "tools": [dict(t) for t in prompt.tools] if prompt.tools else None,
         "documents": None,
         **template.special_tokens,
         **template_variables(prompt.template_kwargs),
@@ -128,7 +136,7 @@ def render_text(template: ChatTemplate, prompt: ChatPrompt) -> str:
         )
     except TemplateError as exc:  # a syntax error, or the template's raise_exception
         raise PromptError(f"the model's chat template refused these messages: {exc}") from exc
-    return rendered + partial
+    return rendered + partial + prompt.opening
 
 
 def tokenize_rendered(template: ChatTemplate, tokenize: Tokenize, text: str) -> list[int]:

@@ -14,7 +14,9 @@ used it meanwhile (generators interleaved), the next step re-holds its own
 sequence through the same prefix reuse, so the two never mix. (A sequence
 re-run in one batch may differ from its token-by-token run in the last bits
 of the logits, as any reused prefix may from a fresh prefill.) Each step
-runs under a lock; nothing is held across a `yield`.
+runs under a lock; nothing is held across a `yield`. A seeded request holds
+with `reuse=False`: whatever it must run again, it runs from the first
+token, so its logits never depend on what an earlier request left.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import numpy as np
 from llama_cpp import _internals
 
 from ..base import Token
-from .sampling import Penalties
+from ..grammar import Guide
+from .sampling import Penalties, last_logits
 
 
 class Context:
@@ -56,15 +59,16 @@ class Context:
             raise RuntimeError("the llama.cpp context is closed")
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token_id))
 
-    def hold(self, ids: Sequence[int], owner: object) -> int:
-        """Make the KV cache hold exactly `ids`; returns how many were reused."""
+    def hold(self, ids: Sequence[int], owner: object, reuse: bool = True) -> int:
+        """Make the KV cache hold exactly `ids`; returns how many were reused (with
+        `reuse` false, none but the owner's own sequence, one step ago)."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         llama = self.llama
         if self._owner is owner and llama.n_tokens == len(ids) - 1:
             llama.eval(ids[-1:])  # the owner's next token: the common case
             return len(ids) - 1
-        reused = self._keep_prefix(ids)
+        reused = self._keep_prefix(ids if reuse else ())
         self._owner = owner
         llama.eval(ids[reused:])
         return reused
@@ -95,12 +99,32 @@ class Context:
         llama.n_tokens = kept
         return kept
 
-    def pick(self, chain: _internals.LlamaSampler, penalties: Penalties | None) -> Token:
-        """The next token after what the cache holds (call right after `hold`)."""
-        if penalties is not None:
-            penalties.apply_to_context(self.llama.ctx)
+    def pick(
+        self,
+        chain: _internals.LlamaSampler,
+        penalties: Penalties | None,
+        guide: Guide | None = None,
+    ) -> Token:
+        """The next token after what the cache holds (call right after `hold`).
+
+        The penalties, then the guide's mask, are written into the logits row the
+        chain reads; the guide then advances by the token picked.
+        """
+        if penalties is not None or guide is not None:
+            row = last_logits(self.llama.ctx, int(self.llama.n_vocab()))
+            if penalties is not None:
+                penalties.apply(row)
+            if guide is not None:
+                guide.mask_row(row)
         token_id = int(llama_cpp.llama_sampler_sample(chain.sampler, self.llama.ctx, -1))
+        if guide is not None:
+            guide.advance(token_id)
         return Token(token_id=token_id, eos=self.is_eog(token_id))
+
+    def eog_ids(self) -> list[int]:
+        """Every end-of-generation token id of the vocabulary."""
+        n_vocab = int(self.llama.n_vocab())
+        return [i for i in range(n_vocab) if self.is_eog(i)]
 
     def close(self) -> None:
         """Free the model and the context; a generator still open fails at its next step."""

@@ -7,6 +7,12 @@ vocabulary's EOG set, not only `token_eos`), yielded with `eos=True`, or
 after `max_tokens`. Closing the generator raises GeneratorExit at the pending
 `yield`, so no further step runs; the context keeps what it holds for the
 next request.
+
+A seeded request (`seed` given) prefills in full, reusing nothing, and
+samples with a `dist` seeded with `seed`: the same seed, prompt and model
+give the same tokens, whatever the cache held before. With a `guide`, every
+token its grammar forbids is masked (after the penalties, before the
+chain), and the guide advances by each token picked.
 """
 
 from __future__ import annotations
@@ -14,12 +20,17 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 
 from ..base import Prefilled, SamplingParams, Token
+from ..grammar import Guide
 from .context import Context
 from .sampling import Penalties, is_no_op_penalty, sampler_chain
 
 
 def decode(
-    context: Context, prompt_ids: Sequence[int], params: SamplingParams
+    context: Context,
+    prompt_ids: Sequence[int],
+    params: SamplingParams,
+    seed: int | None = None,
+    guide: Guide | None = None,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield one `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOG."""
     sequence = [int(i) for i in prompt_ids]
@@ -31,13 +42,14 @@ def decode(
     if len(sequence) > window:
         raise ValueError(f"the prompt holds {len(sequence)} tokens; the window is {window}")
     budget = min(params.max_tokens, window - len(sequence))
-    penalties = _penalties(params, n_vocab)
-    chain = sampler_chain(params)
+    penalties = _penalties(params)
+    chain = sampler_chain(params, seed)
+    reuse = seed is None
     me = object()
     try:
         with context.lock:  # the first token is picked with the prefill, under one lock
-            cached = context.hold(sequence, me)
-            token = context.pick(chain, penalties)
+            cached = context.hold(sequence, me, reuse)
+            token = context.pick(chain, penalties, guide)
         yield Prefilled(cached_tokens=cached)
         for left in range(budget, 0, -1):
             yield token
@@ -47,8 +59,8 @@ def decode(
             if penalties is not None:
                 penalties.add(token.token_id)
             with context.lock:
-                context.hold(sequence, me)
-                token = context.pick(chain, penalties)
+                context.hold(sequence, me, reuse)
+                token = context.pick(chain, penalties, guide)
     finally:
         chain.close()  # type: ignore[no-untyped-call]
 
@@ -60,7 +72,7 @@ def check_ids(token_ids: Sequence[int], n_vocab: int) -> None:
         raise ValueError(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
 
 
-def _penalties(params: SamplingParams, n_vocab: int) -> Penalties | None:
+def _penalties(params: SamplingParams) -> Penalties | None:
     if is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
         return None
-    return Penalties(params.frequency_penalty, params.presence_penalty, n_vocab)
+    return Penalties(params.frequency_penalty, params.presence_penalty)

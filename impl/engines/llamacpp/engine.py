@@ -26,15 +26,18 @@ from ..base import (
     Token,
 )
 from ..chatmessages import decision_prompt, prefix_length
-from . import chat, deciding, embedding
+from ..grammar import Grammars
+from . import chat, deciding, embedding, grammar
 from .context import Context
 from .deciding import KeptPrefix
 from .decoding import check_ids, decode
-from .sampling import new_rng
+from .sampling import Seeds, new_rng
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset({"generate", "chat", "decide", "embeddings"})
+CAPABILITIES = frozenset(
+    {"generate", "chat", "decide", "embeddings", "seed", "structured_output", "tools"}
+)
 
 
 class LlamaCppEngine:
@@ -49,6 +52,7 @@ class LlamaCppEngine:
         embeddings: bool = True,
     ):
         self._context: Context | None = Context(llama)
+        self._grammars: Grammars | None = grammar.grammars(self._context)
         self._embeddings = embeddings
         self._facts = facts
         self._template = template
@@ -118,17 +122,27 @@ class LlamaCppEngine:
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
     ) -> Generator[Prefilled | Token, None, None]:
-        if rng is not None:
-            raise TypeError("the llama.cpp engine takes no rng (seeds are refused for GGUF)")
-        return decode(self.context, prompt_ids, params)
+        """A seeded `rng` (from `new_rng`) gives each choice the next seed and a full prefill;
+        a constraint masks every step with a fresh grammar state."""
+        if rng is not None and not isinstance(rng, Seeds):
+            raise TypeError("rng must come from this engine's new_rng")
+        guide = None if params.constraint is None else self.grammars.guide(params.constraint)
+        seed = None if rng is None else rng.next()
+        return decode(self.context, prompt_ids, params, seed, guide)
 
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
         raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
 
+    @property
+    def grammars(self) -> Grammars:
+        """llguidance over this model's vocabulary; fails once closed."""
+        if self._grammars is None:
+            raise RuntimeError(f"engine for {self._facts.model_id} is closed")
+        return self._grammars
+
     def compile_constraint(self, constraint: Constraint) -> None:
-        """Structured output is refused for GGUF before load (OAI-SO-11)."""
-        raise NotImplementedError("the llama.cpp engine does not constrain output (OAI-SO-11)")
+        self.grammars.compile(constraint)  # fails once closed, before the vocabulary is freed
 
     @property
     def embedding_limit(self) -> int:
@@ -178,5 +192,6 @@ class LlamaCppEngine:
             return
         context, self._context = self._context, None
         self._kept = None
+        self._grammars = None
         context.close()
         logger.info("closed llama.cpp engine for %s", self._facts.model_id)

@@ -12,18 +12,20 @@ same multiplicative repetition penalty as the transformers engine
 (OAI-CHAT-24): a token generated `c >= 1` times in this completion (prompt
 tokens not counted) gets the factor `exp(p + f * ln(1 + c))`; its logit `l`
 becomes `l / factor` when `l > 0`, else `l * factor`. `Penalties` applies it
-in place to the context's logits row before the chain runs, touching only
-the tokens generated so far; it is made only when a penalty is non-zero, so
-the plain path does no per-token work in Python.
+in place to the context's logits row (`last_logits`) before the chain runs,
+touching only the tokens generated so far; it is made only when a penalty is
+non-zero, so the plain path does no per-token work in Python.
 
-Seeds are refused for GGUF models before a request reaches the engine
-(`new_rng` raises if one gets here); unseeded sampling draws from a seed
-llama.cpp picks at random per request.
+A seed makes a `Seeds` (the engine's `Rng`): each choice's `dist` sampler
+takes the next 32-bit seed it draws, so `n` > 1 gives distinct choices and
+the same seed gives the same ones again (OAI-SEED-05). Unseeded sampling
+draws from a seed llama.cpp picks at random per choice.
 """
 
 from __future__ import annotations
 
 import ctypes
+import random
 from typing import Any
 
 import llama_cpp
@@ -31,18 +33,28 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp import _internals
 
-from ..base import Rng, SamplingParams
+from ..base import SamplingParams
 
 
-def new_rng(seed: int | None) -> Rng | None:
-    """None for no seed; a seed is refused (llama.cpp requests are never seeded)."""
-    if seed is None:
-        return None
-    raise ValueError("seeds are not supported on the llama.cpp engine")
+class Seeds:
+    """A seeded request's source of sampler seeds: one per choice, the same every time."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+
+    def next(self) -> int:
+        """The next choice's seed (never LLAMA_DEFAULT_SEED, which means "pick at random")."""
+        return self._random.getrandbits(32) % llama_cpp.LLAMA_DEFAULT_SEED
 
 
-def sampler_chain(params: SamplingParams) -> _internals.LlamaSampler:
-    """llama.cpp's sampler chain for `params`: greedy, or [top_k ->] temp -> top_p -> dist."""
+def new_rng(seed: int | None) -> Seeds | None:
+    """The seeds of a request seeded with `seed`; None (llama.cpp picks) when no seed."""
+    return None if seed is None else Seeds(seed)
+
+
+def sampler_chain(params: SamplingParams, seed: int | None = None) -> _internals.LlamaSampler:
+    """llama.cpp's sampler chain for `params`: greedy, or [top_k ->] temp -> top_p -> dist
+    (`dist` seeded with `seed`, else at random)."""
     chain = _internals.LlamaSampler()  # type: ignore[no-untyped-call]
     if params.temperature == 0:
         chain.add_greedy()  # type: ignore[no-untyped-call]
@@ -52,7 +64,7 @@ def sampler_chain(params: SamplingParams) -> _internals.LlamaSampler:
     chain.add_temp(params.temperature)
     if params.top_p < 1:
         chain.add_top_p(params.top_p, 1)
-    chain.add_dist(llama_cpp.LLAMA_DEFAULT_SEED)
+    chain.add_dist(llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed)
     return chain
 
 
@@ -73,10 +85,9 @@ def penalty_factors(
 class Penalties:
     """The repetition penalty over the tokens generated so far in one completion."""
 
-    def __init__(self, frequency: float, presence: float, n_vocab: int) -> None:
+    def __init__(self, frequency: float, presence: float) -> None:
         self._frequency = frequency
         self._presence = presence
-        self._n_vocab = n_vocab
         self._counts: dict[int, int] = {}
 
     def add(self, token_id: int) -> None:
@@ -92,10 +103,10 @@ class Penalties:
         seen = logits[ids]
         logits[ids] = np.where(seen > 0, seen / factors, seen * factors)
 
-    def apply_to_context(self, ctx: Any) -> None:
-        """Penalize the last logits row of a llama.cpp context, where the chain reads it."""
-        if not self._counts:
-            return
-        row = llama_cpp.llama_get_logits_ith(ctx, -1)
-        pointer = ctypes.cast(row, ctypes.POINTER(ctypes.c_float))
-        self.apply(np.ctypeslib.as_array(pointer, shape=(self._n_vocab,)))
+
+def last_logits(ctx: Any, n_vocab: int) -> npt.NDArray[np.float32]:
+    """The last logits row of a llama.cpp context as a numpy view: the chain reads what is
+    written to it."""
+    row = llama_cpp.llama_get_logits_ith(ctx, -1)
+    pointer = ctypes.cast(row, ctypes.POINTER(ctypes.c_float))
+    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
