@@ -32,6 +32,7 @@ from miserver.engines.llamacpp.sampling import Penalties
 from miserver.engines.transformers.grammar import Grammars
 from miserver.serving.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
+from tests.integration.test_structured_output import VERDICT
 
 pytestmark = pytest.mark.model
 
@@ -563,15 +564,6 @@ def test_close_frees_the_model() -> None:
 
 # Constrained decoding (llguidance over the GGUF vocabulary)
 
-VERDICT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "answer": {"enum": ["yes", "no"]},
-        "score": {"type": "integer", "minimum": 1, "maximum": 5},
-    },
-    "required": ["answer", "score"],
-    "additionalProperties": False,
-}
 CITY = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 12}},

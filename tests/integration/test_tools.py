@@ -386,10 +386,8 @@ def test_a_call_to_a_function_not_offered_is_content(
 # -- one model each -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["lfm2"], indirect=True)
-def test_parallel_tool_calls_false_gives_at_most_one(family: str, replies: Replies) -> None:
-    """OAI-TOOLS-17: where the model calls twice (each history turn does), parallel_tool_calls
-    false returns one call."""
+def two_city_chat() -> list[dict[str, Any]]:
+    """Two turns that each call get_weather twice, then a question about two cities."""
     messages: list[dict[str, Any]] = []
     for first, second in [("London", "Rome"), ("Oslo", "Bern")]:
         calls = [
@@ -407,7 +405,14 @@ def test_parallel_tool_calls_false_gives_at_most_one(family: str, replies: Repli
             {"role": "tool", "tool_call_id": f"call_{second}", "content": "20 C"},
             {"role": "assistant", "content": f"{first}: 12 C. {second}: 20 C."},
         ]
-    messages.append({"role": "user", "content": "What is the weather in Paris and Madrid?"})
+    return [*messages, {"role": "user", "content": "What is the weather in Paris and Madrid?"}]
+
+
+@pytest.mark.parametrize("family", ["lfm2"], indirect=True)
+def test_parallel_tool_calls_false_gives_at_most_one(family: str, replies: Replies) -> None:
+    """OAI-TOOLS-17: where the model calls twice (each history turn does), parallel_tool_calls
+    false returns one call."""
+    messages = two_city_chat()
     ask = body(family, messages=messages, tool_choice="required")
     both = replies(ask)["choices"][0]["message"]["tool_calls"]
     assert [json.loads(c["function"]["arguments"]) for c in both] == [PARIS, {"city": "Madrid"}]

@@ -33,6 +33,7 @@ from tests.integration.test_tools import (
     error_of,
     few_shot,
     post,
+    two_city_chat,
 )
 
 pytestmark = pytest.mark.model
@@ -85,28 +86,6 @@ def answered() -> list[dict[str, Any]]:
         },
         {"role": "tool", "tool_call_id": "call_Paris", "content": "18 C"},
     ]
-
-
-def two_city_chat() -> list[dict[str, Any]]:
-    """Two turns that each call get_weather twice, then a question about two cities."""
-    messages: list[dict[str, Any]] = []
-    for first, second in [("London", "Rome"), ("Oslo", "Bern")]:
-        calls = [
-            {
-                "id": f"call_{city}",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
-            }
-            for city in (first, second)
-        ]
-        messages += [
-            {"role": "user", "content": f"What is the weather in {first} and {second}?"},
-            {"role": "assistant", "content": None, "tool_calls": calls},
-            {"role": "tool", "tool_call_id": f"call_{first}", "content": "12 C"},
-            {"role": "tool", "tool_call_id": f"call_{second}", "content": "20 C"},
-            {"role": "assistant", "content": f"{first}: 12 C. {second}: 20 C."},
-        ]
-    return [*messages, {"role": "user", "content": "What is the weather in Paris and Madrid?"}]
 
 
 def stream(client: TestClient, payload: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
