@@ -131,6 +131,17 @@ def test_a_load_uses_the_config_and_refuses_an_invalid_one(tmp_path: Path) -> No
 # -- malformed /api bodies (LOC-GEN-14..16) --------------------------------------------------
 
 
+def assert_refused_unchanged(
+    client: TestClient, method: str, path: str, code: str, param: str | None, **body: Any
+) -> None:
+    """The request is 400 `code` naming `param`, and nothing changed: the config is as it was
+    and no load started."""
+    before = client.get("/api/config").json()
+    error_of(client.request(method, path, headers=JSON, **body), 400, code, param)
+    assert client.get("/api/config").json() == before
+    assert client.get("/api/info").json()["state"] == "empty"
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [("PUT", "/api/config"), ("POST", "/api/session/load"), ("POST", "/api/decide")],
@@ -151,11 +162,7 @@ def test_a_body_not_a_json_object_is_invalid_request(
     """LOC-GEN-14, -15, -17, LOC-GEN-09 (OpenAI's shape, DECISIONS.md): a body that is not
     JSON, or JSON but not an object (`null` included), is 400 invalid_request; nothing
     changes (no load starts, the config stays as it was)."""
-    before = bare_client.get("/api/config").json()
-    response = bare_client.request(method, path, content=body, headers=JSON)
-    error_of(response, 400, "invalid_request", None)
-    assert bare_client.get("/api/config").json() == before
-    assert bare_client.get("/api/info").json()["state"] == "empty"
+    assert_refused_unchanged(bare_client, method, path, "invalid_request", None, content=body)
 
 
 @pytest.mark.parametrize(
@@ -190,11 +197,7 @@ def test_a_field_of_the_wrong_type_is_invalid_request(
 ) -> None:
     """LOC-GEN-16, -17: a field of the wrong JSON type is 400 invalid_request naming the
     field, never 500; nothing changes. (/v1 keeps invalid_parameter: test_refusals.py.)"""
-    before = bare_client.get("/api/config").json()
-    response = bare_client.request(method, path, json=body, headers=JSON)
-    error_of(response, 400, "invalid_request", param)
-    assert bare_client.get("/api/config").json() == before
-    assert bare_client.get("/api/info").json()["state"] == "empty"
+    assert_refused_unchanged(bare_client, method, path, "invalid_request", param, json=body)
 
 
 @pytest.mark.parametrize(
@@ -211,9 +214,7 @@ def test_a_value_the_schema_refuses_stays_invalid_parameter(
 ) -> None:
     """LOC-GEN-16 covers types only: a well-typed value the schema refuses (a length, a
     minimum, a missing field) is 400 invalid_parameter naming it (REQ-000 open point 9)."""
-    response = bare_client.request(method, path, json=body, headers=JSON)
-    error_of(response, 400, "invalid_parameter", param)
-    assert bare_client.get("/api/info").json()["state"] == "empty"
+    assert_refused_unchanged(bare_client, method, path, "invalid_parameter", param, json=body)
 
 
 def test_a_missing_required_body_is_invalid_request(bare_client: TestClient) -> None:
