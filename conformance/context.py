@@ -81,6 +81,11 @@ class Context:
         """POST a JSON body to `base_url + path` (`/chat/completions`)."""
         return self.client.post(self.base_url + path, json=body, headers=headers)
 
+    def post_raw(self, path: str, content: bytes) -> httpx.Response:
+        """POST `content` as it is, labelled JSON (a body `json.dumps` would not write)."""
+        headers = {"Content-Type": "application/json"}
+        return self.client.post(self.base_url + path, content=content, headers=headers)
+
     def get_api(self, path: str) -> httpx.Response:
         """GET `root + "/api" + path` (a management endpoint; 404 on servers without one)."""
         return self.client.get(f"{self.root}/api{path}")

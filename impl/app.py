@@ -2,7 +2,8 @@
 
 Server (ASGI)             lifespan: load the launch model, close at exit
   -> RequestIdMiddleware  x-request-id on every response, its logs and events
-  -> SecurityMiddleware   Host, Origin, API key, body cap, media type; headers
+  -> SecurityMiddleware   Host, Origin, API key, body cap, media type, the body
+                          parsed once as strict JSON (http/body.py); headers
   -> connexion AsyncApp   routing + validation against spec/openapi/v1.yaml
      -> handlers/         thin: typed request in, service call, response out
 """
@@ -224,7 +225,9 @@ class Server:
             self.bus,
             config,
         )
-        self._app = RequestIdMiddleware(SecurityMiddleware(build_connexion(), self.policy))
+        self._app = RequestIdMiddleware(
+            SecurityMiddleware(build_connexion(), self.policy, settings.json_max_depth)
+        )
 
     def launch_model_id(self) -> str | None:
         return self._launch_id

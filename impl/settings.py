@@ -168,6 +168,13 @@ class Settings:
         "--default-max-tokens",
         "max_tokens when a request sends none (capped by the context left after the prompt).",
     )
+    json_max_depth: int = _knob(
+        64,
+        "JSON_MAX_DEPTH",
+        "--json-max-depth",
+        "Deepest nesting of arrays and objects a request body may have; deeper is refused "
+        "with 400 before any other work.",
+    )
     ignored_fields_header_max_bytes: int = _knob(
         1024,
         "IGNORED_FIELDS_HEADER_MAX_BYTES",

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import Response
 
 from ..generated import v1
 from ..serving.requests import chat_request
-from .common import parse, respond, service
+from .common import parse, request_body, respond, service
 
 
-async def create_chat_completion(body: dict[str, Any]) -> Response:
+async def create_chat_completion() -> Response:
     """POST /v1/chat/completions."""
+    body = request_body()
     req = parse(v1.ChatCompletionRequest, body)
     return await respond(service().serve, chat_request(req), body)

@@ -11,9 +11,9 @@ from connexion.context import request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..http.body import location, parsed
 from ..http.errors import ApiError
 from ..http.sse import frames
-from ..http.validation import location
 from ..serving.requests import GenerationRequest
 from ..serving.service import CompletionService, Reply, StreamReply
 
@@ -62,6 +62,11 @@ def _holds(value: Any, part: Any) -> bool:
     if isinstance(value, Mapping):
         return isinstance(part, str) and part in value
     return isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+
+
+def request_body() -> Any:
+    """The JSON body, parsed once at the entry (http/body.py); None when the request had none."""
+    return parsed(request.scope)
 
 
 def state() -> ServerState:

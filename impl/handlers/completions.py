@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import Response
 
 from ..generated import v1
 from ..serving.requests import completion_request
-from .common import parse, respond, service
+from .common import parse, request_body, respond, service
 
 
-async def create_completion(body: dict[str, Any]) -> Response:
+async def create_completion() -> Response:
     """POST /v1/completions."""
+    body = request_body()
     req = parse(v1.CompletionRequest, body)
     return await respond(service().serve, completion_request(req), body)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from connexion.context import request
 from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..models.locator import is_loopback_peer
-from .common import parse_local, state
+from .common import parse_local, request_body, state
 
 
 async def params() -> JSONResponse:
@@ -22,9 +20,9 @@ async def get_config() -> JSONResponse:
     return JSONResponse(state().config.view())
 
 
-async def put_config(body: dict[str, Any]) -> JSONResponse:
+async def put_config() -> JSONResponse:
     """PUT /api/config (LOC-CONFIG-10..21): refusals per key come back in `rejected`."""
-    req = parse_local(api.ConfigUpdate, body)
+    req = parse_local(api.ConfigUpdate, request_body())
     local = is_loopback_peer(request.scope)
     change = state().config.update(req.values, req.reset or (), req.auto_plan, peer_local=local)
     return JSONResponse(change)

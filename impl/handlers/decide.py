@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import JSONResponse
 
 from ..generated import api
-from .common import parse_local, state
+from .common import parse_local, request_body, state
 
 
-async def decide(body: dict[str, Any]) -> JSONResponse:
+async def decide() -> JSONResponse:
     """POST /api/decide."""
-    req = parse_local(api.DecideRequest, body)
+    req = parse_local(api.DecideRequest, request_body())
     reuse = True if req.reuse_prefix is None else req.reuse_prefix
     server = state()
     answer = await server.decider.decide(req.prefix, req.suffix, req.choices, reuse)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from connexion.context import request
 from starlette.responses import JSONResponse
 
 from ..generated import v1
-from .common import parse, state
+from .common import parse, request_body, state
 
 
-async def create_embeddings(body: dict[str, Any]) -> JSONResponse:
+async def create_embeddings() -> JSONResponse:
     """POST /v1/embeddings."""
+    body = request_body()
     req = parse(v1.EmbeddingRequest, body)
     reply = await state().embeddings.serve(req, body, request.headers)
     return JSONResponse(reply.body, headers=reply.headers)

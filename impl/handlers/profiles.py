@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..steering.admin import SteeringAdmin
-from .common import parse_local, state
+from .common import parse_local, request_body, state
 
 
 def _admin() -> SteeringAdmin:
@@ -25,9 +23,9 @@ async def get_profile(name: str) -> JSONResponse:
     return JSONResponse(_admin().profile(name))
 
 
-async def put_profile(name: str, body: dict[str, Any]) -> JSONResponse:
+async def put_profile(name: str) -> JSONResponse:
     """PUT /api/profiles/{name}: create or replace."""
-    req = parse_local(api.ProfileInput, body)
+    req = parse_local(api.ProfileInput, request_body())
     fields = req.model_dump(mode="json")
     view, created = _admin().put_profile(name, fields)
     return JSONResponse(view, status_code=201 if created else 200)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from connexion.context import request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -14,7 +13,7 @@ from ..http.errors import ApiError
 from ..http.sse import named
 from ..models.listing import list_local
 from ..models.locator import is_loopback_peer
-from .common import parse_local, state
+from .common import parse_local, request_body, state
 
 PING_SECONDS = 15.0  # a `: ping` comment this often on a quiet stream (LOC-EVENTS-03)
 
@@ -24,11 +23,11 @@ async def info() -> JSONResponse:
     return JSONResponse(state().session.info())
 
 
-async def load(body: dict[str, Any] | None = None) -> JSONResponse:
+async def load() -> JSONResponse:
     """POST /api/session/load: 202 once the load is under way (LOC-LOAD-03..05, -07;
     LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads;
     409 busy while another load runs, open point 8)."""
-    req = parse_local(api.LoadRequest, body or {})
+    req = parse_local(api.LoadRequest, request_body() or {})
     server = state()
     server.session.refuse_if_loading()  # before `model` is set: a refused load changes nothing
     local = is_loopback_peer(request.scope)

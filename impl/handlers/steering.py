@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..steering.admin import SteeringAdmin
-from .common import parse_local, state
+from .common import parse_local, request_body, state
 
 
 def _admin() -> SteeringAdmin:
@@ -25,9 +23,9 @@ async def get_steering() -> JSONResponse:
     return JSONResponse(_admin().state())
 
 
-async def attach_sae(body: dict[str, Any]) -> JSONResponse:
+async def attach_sae() -> JSONResponse:
     """POST /api/steering/attachments."""
-    req = parse_local(api.AttachRequest, body)
+    req = parse_local(api.AttachRequest, request_body())
     view, created = _admin().attach(req.sae_id, req.layer)
     return JSONResponse(view, status_code=201 if created else 200)
 
@@ -37,11 +35,9 @@ async def detach_sae(sae_id: str, layer: int, model: str | None = None) -> JSONR
     return JSONResponse(_admin().detach(sae_id, layer, model))
 
 
-async def set_live_values(
-    sae_id: str, layer: int, body: dict[str, Any], model: str | None = None
-) -> JSONResponse:
+async def set_live_values(sae_id: str, layer: int, model: str | None = None) -> JSONResponse:
     """PUT /api/steering/attachments/{sae_id}/{layer}/features."""
-    req = parse_local(api.LiveValues, body)
+    req = parse_local(api.LiveValues, request_body())
     features = [f.model_dump() for f in req.features]
     return JSONResponse(_admin().set_values(sae_id, layer, model, features))
 
@@ -56,7 +52,7 @@ async def get_active_profile() -> JSONResponse:
     return JSONResponse(_admin().active())
 
 
-async def set_active_profile(body: dict[str, Any]) -> JSONResponse:
+async def set_active_profile() -> JSONResponse:
     """PUT /api/steering/active-profile."""
-    req = parse_local(api.ActiveProfileRequest, body)
+    req = parse_local(api.ActiveProfileRequest, request_body())
     return JSONResponse(_admin().activate(req.name))

@@ -16,12 +16,19 @@ ends the request with an OpenAI-format error before any handler runs:
     /api /v1   every method but GET and HEAD declares              415 unsupported_media_type
                application/json (any case, charset=utf-8 allowed)
     all        the body read (chunked too) stays within BODY_CAP   413 payload_too_large
+    /api /v1   a body (every method but GET and HEAD) is UTF-8     400 invalid_json (/v1),
+               JSON, at most JSON_MAX_DEPTH deep, with no name         invalid_request (/api)
+               twice in an object (http/body.py)
+    /api /v1   ... holding values JSON and the engines can take:   400 invalid_parameter
+               no NaN, lone surrogate, number past int64 / float
 
-The body is read whole (at most BODY_CAP bytes) before the app is called and
-replayed to it with its Content-Length (a chunked one too). Every response,
-refusals, errors and event streams alike, carries SECURITY_HEADERS exactly
-and never an `Access-Control-*` header; `x-request-id` is set around this
-middleware (http/request_id.py), so its refusals carry one too.
+The body is read whole (at most BODY_CAP bytes) before the app is called,
+parsed once, and replayed to it with its Content-Length (a chunked one too);
+the parsed document rides in the scope (`body.BODY_KEY`) for the validators
+and handlers. Every response, refusals, errors and event streams alike,
+carries SECURITY_HEADERS exactly and never an `Access-Control-*` header;
+`x-request-id` is set around this middleware (http/request_id.py), so its
+refusals carry one too.
 """
 
 from __future__ import annotations
@@ -29,14 +36,16 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..access import AccessPolicy
+from .body import BODY_KEY, MAX_DEPTH, BodyRefused, read
 from .errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -55,6 +64,13 @@ SECURITY_HEADERS = {
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 SAME_ORIGIN_FETCHES = frozenset({"same-origin", "none"})  # Sec-Fetch-Site values that pass
 API_PREFIXES = ("/api", "/v1")
+# (prefix, one value at fault) -> the code of a body the strict reader refuses (http/body.py)
+UNREADABLE_CODES = {
+    ("/v1", False): "invalid_json",
+    ("/api", False): "invalid_request",  # LOC-GEN-14
+    ("/v1", True): "invalid_parameter",
+    ("/api", True): "invalid_parameter",  # REQ-000 open point 9
+}
 BODYLESS_METHODS = frozenset({"GET", "HEAD"})  # the only ones exempt from the JSON rule
 JSON_CHARSETS = frozenset({"utf-8", "utf8"})
 
@@ -78,8 +94,20 @@ class _Request:
     headers: Headers
 
     @property
+    def prefix(self) -> str | None:
+        """`/api` or `/v1` when the path lies under one, else None."""
+        return next(
+            (p for p in API_PREFIXES if self.path == p or self.path.startswith(p + "/")), None
+        )
+
+    @property
     def api(self) -> bool:
-        return any(self.path == p or self.path.startswith(p + "/") for p in API_PREFIXES)
+        return self.prefix is not None
+
+    @property
+    def has_body(self) -> bool:
+        """Whether the body is the API's JSON: /api and /v1, every method but GET and HEAD."""
+        return self.api and self.method not in BODYLESS_METHODS
 
 
 def host_name(host: str) -> str | None:
@@ -145,12 +173,14 @@ async def read_capped(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def replaying(body: bytes, scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+def replaying(
+    body: bytes, scope: Scope, receive: Receive, extra: Mapping[str, Any]
+) -> tuple[Scope, Receive]:
     """The scope and `receive` the app gets: the body read once, declared by its length.
 
     A chunked body gets a Content-Length (Connexion reads a body without one
     as no body). After the replay, `receive` is the server's again, so the
-    app still hears `http.disconnect`.
+    app still hears `http.disconnect`. `extra` joins the scope (the parsed body).
     """
     headers = [
         (name, value)
@@ -163,7 +193,7 @@ def replaying(body: bytes, scope: Scope, receive: Receive) -> tuple[Scope, Recei
     async def replay() -> Message:
         return pending.pop() if pending else await receive()
 
-    return {**scope, "headers": headers}, replay
+    return {**scope, **extra, "headers": headers}, replay
 
 
 def _too_large() -> ApiError:
@@ -187,9 +217,10 @@ async def _refuse(refusal: ApiError, scope: Scope, receive: Receive, send: Send)
 class SecurityMiddleware:
     """Host, Origin, key, size and media-type checks; security headers on every response."""
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, max_depth: int = MAX_DEPTH) -> None:
         self.app = app
         self.policy = policy
+        self.max_depth = max_depth
         self.checks: tuple[Callable[[_Request], ApiError | None], ...] = (
             self._host,
             self._origin,
@@ -207,16 +238,27 @@ class SecurityMiddleware:
         request = _Request(scope["method"], scope["path"], Headers(scope=scope))
         refusal = next(filter(None, (check(request) for check in self.checks)), None)
         body: bytes | None = None
+        parsed: dict[str, Any] = {}
         if refusal is None:
             try:
                 body = await read_capped(receive)
+                parsed = self._parsed(request, body)
             except _TooLarge:
                 refusal = _too_large()
+            except BodyRefused as exc:
+                code = UNREADABLE_CODES[request.prefix or "/v1", exc.value]
+                refusal = ApiError(code, exc.message, exc.param)
         if refusal is not None:
             log.info("%d %s: %s %s", refusal.status, refusal.code, request.method, request.path)
             await _refuse(refusal, scope, receive, send)
         elif body is not None:  # None: the client left while sending its body
-            await self.app(*replaying(body, scope, receive), send)
+            await self.app(*replaying(body, scope, receive, parsed), send)
+
+    def _parsed(self, request: _Request, body: bytes | None) -> dict[str, Any]:
+        """`{BODY_KEY: document}` for an API body (http/body.py); empty when there is none."""
+        if not body or not request.has_body:
+            return {}
+        return {BODY_KEY: read(body, self.max_depth)}
 
     def _host(self, request: _Request) -> ApiError | None:
         """LOC-SEC-17: on loopback, only loopback host names (DNS rebinding)."""
@@ -286,7 +328,7 @@ class SecurityMiddleware:
 
     def _media_type(self, request: _Request) -> ApiError | None:
         """LOC-GEN-19/20, LOC-SEC-25..27: JSON on every method but GET and HEAD."""
-        if not request.api or request.method in BODYLESS_METHODS:
+        if not request.has_body:
             return None
         content_type = request.headers.get("content-type")
         if is_json(content_type):

@@ -1,36 +1,29 @@
 """Request-body validation against spec/openapi, reported the OpenAI way.
 
 Connexion's JSON body validator raises RFC 7807 problems; this one raises
-ApiError with `param` as the failing field's path (`messages[0].role`).
-`/v1` answers `invalid_json` and `invalid_parameter`, except for a message
-`role` outside the known ones or of the wrong type, which is `invalid_request`
-as REQ-003 LOC-CHAT-04 says (document 000 names no code for it). `/api` answers
-`invalid_request` for a body that is not JSON, not a JSON object, or holds a
-field of the wrong JSON type (REQ-003 LOC-GEN-14..16); a value its schema
-refuses (a range, a choice, a missing field) is `invalid_parameter` there
-too (REQ-000 open point 9).
+ApiError with `param` as the failing field's path (`messages[0].role`). It
+validates the document the security middleware already parsed (a body that
+is not strict JSON never gets here: http/body.py). `/v1` answers
+`invalid_parameter`, except for a message `role` outside the known ones or
+of the wrong type, which is `invalid_request` as REQ-003 LOC-CHAT-04 says
+(document 000 names no code for it). `/api` answers `invalid_request` for a
+body that is not a JSON object, or holds a field of the wrong JSON type
+(REQ-003 LOC-GEN-14..16); a value its schema refuses (a range, a choice, a
+missing field) is `invalid_parameter` there too (REQ-000 open point 9).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from connexion.validators import JSONRequestBodyValidator, ParameterValidator
 from jsonschema.exceptions import ValidationError, best_match
 
+from .body import BODY_KEY, location, parsed
 from .errors import ApiError, InvalidParameter
 
 MAX_SHOWN = 120
-
-
-def location(parts: Iterable[str | int]) -> str:
-    """`['messages', 0, 'role']` -> `messages[0].role`."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _describe(error: ValidationError) -> tuple[str, str]:
@@ -54,7 +47,6 @@ def _describe(error: ValidationError) -> tuple[str, str]:
 class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
     """JSON bodies checked against the operation's schema; failures as OpenAI errors."""
 
-    unparsable = "invalid_json"  # a body that is not JSON
     mistyped = "invalid_parameter"  # no body, or a field of the wrong JSON type
     invalid = "invalid_parameter"  # a value the schema refuses
     by_field: ClassVar[dict[str, str]] = {
@@ -62,13 +54,10 @@ class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
     }  # an unknown or mistyped role (LOC-CHAT-04)
 
     async def _parse(self, stream: Any, scope: Any) -> Any:
-        raw = b"".join([message async for message in stream])
-        if not raw:
-            return None
-        try:
-            return json.loads(raw.decode(self._encoding))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ApiError(self.unparsable, f"The request body is not valid JSON: {exc}") from exc
+        """The document the security middleware parsed (http/body.py): a body is read once."""
+        async for _ in stream:
+            pass
+        return parsed(scope)
 
     def _validate(self, body: Any) -> dict[str, Any] | None:
         if body is None:
@@ -87,16 +76,11 @@ class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
 class LocalBodyValidator(OpenAIBodyValidator):
     """`/api` bodies: a JSON object or nothing, else 400 invalid_request (LOC-GEN-14..16)."""
 
-    unparsable = mistyped = "invalid_request"
+    mistyped = "invalid_request"
 
     async def _parse(self, stream: Any, scope: Any) -> Any:
-        raw = b"".join([message async for message in stream])
-
-        async def replay() -> Any:
-            yield raw
-
-        body = await super()._parse(replay(), scope)
-        if raw.strip() and not isinstance(body, dict):  # `null` too: an empty body is none
+        body = await super()._parse(stream, scope)
+        if BODY_KEY in scope and not isinstance(body, dict):  # `null` too; no body is none
             shown = "null" if body is None else type(body).__name__
             raise ApiError(self.mistyped, f"The request body must be a JSON object, not {shown}.")
         return body

@@ -14,11 +14,16 @@ Each name in `faults` breaks one thing:
     models_content_type GET /v1/models sends JSON as text/plain (its OpenAPI says JSON)
     usage_twice         with include_usage, the finish chunk carries usage too (counted twice)
     steering_created_zero  the steering chunk comes apart, after the usage chunk, created 0
+    lenient_json        bodies are read as Python's json reads them: a name given twice, the
+                        last one wins; 2,000 nested arrays, a 500
+    lenient_values      lone surrogate escapes and numbers past int64 are taken as they come
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -48,7 +53,12 @@ FAULTS = (
     "models_content_type",
     "usage_twice",
     "steering_created_zero",
+    "lenient_json",
+    "lenient_values",
 )
+MAX_DEPTH = 64
+INT64 = (-(2**63), 2**63 - 1)
+SURROGATE = re.compile("[\ud800-\udfff]")  # left in a decoded string only when unpaired
 ENTRY = {"id": MODEL, "object": "model", "created": 1700000000, "owned_by": "fake"}
 OPENAPI = {
     "openapi": "3.0.3",
@@ -84,6 +94,33 @@ class Refusal(Exception):
     def __init__(self, status: int, code: str, param: str | None, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.param, self.message = status, code, param, message
+
+
+class _Repeated(dict[str, Any]):
+    """A JSON object that names `name` twice (the walk, which knows its path, refuses it)."""
+
+    def __init__(self, pairs: list[tuple[str, Any]], name: str) -> None:
+        super().__init__(pairs)
+        self.name = name
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [name for name, _ in pairs]
+    repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    return dict(pairs) if repeated is None else _Repeated(pairs, repeated)
+
+
+def _at(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _unrepresentable(value: Any) -> bool:
+    """A lone surrogate, NaN or an infinity, an integer past int64."""
+    if isinstance(value, str):
+        return SURROGATE.search(value) is not None
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, int) and not INT64[0] <= value <= INT64[1]
 
 
 class Fake:
@@ -131,6 +168,36 @@ class Fake:
         return headers
 
     # -- request checks ----------------------------------------------------------------
+
+    def document(self, raw: bytes) -> Any:
+        """The body read as the contract reads it (strict JSON), unless a fault relaxes that."""
+        lenient = "lenient_json" in self.faults
+        try:
+            document = json.loads(raw, object_pairs_hook=None if lenient else _object)
+        except RecursionError:
+            if lenient:
+                raise Refusal(500, "internal_error", None, "maximum recursion depth") from None
+            raise Refusal(400, "invalid_json", "body", "nested too deep") from None
+        except ValueError:
+            raise Refusal(400, "invalid_json", None, "the body is not JSON") from None
+        self.walk(document, "", 1)
+        return document
+
+    def walk(self, value: Any, path: str, depth: int) -> None:
+        """Refuse a container past MAX_DEPTH, a name given twice, an unrepresentable value."""
+        deep = isinstance(value, dict | list) and depth > MAX_DEPTH
+        if deep and "lenient_json" not in self.faults:
+            raise Refusal(400, "invalid_json", "body", "nested too deep")
+        if isinstance(value, _Repeated):
+            raise Refusal(400, "invalid_json", _at(path, value.name), "a name given twice")
+        if isinstance(value, dict):
+            for name, item in value.items():
+                self.walk(item, _at(path, name), depth + 1)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                self.walk(item, f"{path}[{index}]", depth + 1)
+        elif "lenient_values" not in self.faults and _unrepresentable(value):
+            raise Refusal(400, "invalid_parameter", path or "body", f"`{path}` is not a value")
 
     def validate(self, body: Any, strict: str | None, required: str) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -249,7 +316,7 @@ def fake_app(
     async def chat(request: Request) -> Response:
         strict = request.headers.get("X-miLLM-Strict")
         try:
-            body = fake.validate(await request.json(), strict, "messages")
+            body = fake.validate(fake.document(await request.body()), strict, "messages")
             headers = fake.headers(body, strict, bool(body.get("stream")))
         except Refusal as refusal:
             return fake.error(refusal)
@@ -268,7 +335,7 @@ def fake_app(
     async def completions(request: Request) -> Response:
         strict = request.headers.get("X-miLLM-Strict")
         try:
-            body = fake.validate(await request.json(), strict, "prompt")
+            body = fake.validate(fake.document(await request.body()), strict, "prompt")
             headers = fake.headers(body, strict, bool(body.get("stream")))
         except Refusal as refusal:
             return fake.error(refusal)

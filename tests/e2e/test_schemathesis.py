@@ -25,6 +25,15 @@ actually sent):
 - a non-empty string `model` becomes the served model's id, so that
   generation requests reach the model instead of stopping at 404.
 
+The runs above use Schemathesis' "all" mode (positive and negative cases).
+A second pair of runs, `NEGATIVE_EXAMPLES` each, uses its negative mode alone
+over both documents (issue 24): every case breaks the schema somewhere (a
+wrong type at some depth, a missing required field, a value out of range,
+an unknown enum value, a bad header or path parameter), and each must get
+a documented 4xx in the error schema, never a 5xx. It runs against the
+default engine (the GGUF model, as `miserver serve` starts) so that what
+the server reaches after a case it wrongly accepts is cheap.
+
 `SCHEMATHESIS_SEED` and `SCHEMATHESIS_MAX_EXAMPLES` override the fixed seed
 and the example count for a longer exploratory run.
 """
@@ -47,23 +56,38 @@ from tests.e2e.conftest import live_server
 
 pytestmark = pytest.mark.e2e
 
+GGUF_ID = f"{MODEL_ID}:Q4_1"  # the embedded default model's id
+
 SPECS = Path(__file__).resolve().parents[2] / "spec" / "openapi"
 SPEC = SPECS / "v1.yaml"
 MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "100"))
+NEGATIVE_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "100"))
 SEED = int(os.environ.get("SCHEMATHESIS_SEED", "20240601"))
 
-CONFIG = schemathesis.Config.from_dict(
-    {
-        "seed": SEED,
-        "output": {"sanitization": {"enabled": False}},  # show token fields in reproductions
-        "generation": {"max-examples": MAX_EXAMPLES, "database": "none"},
-    }
-)
-schema = schemathesis.openapi.from_path(SPEC, config=CONFIG)
-# GET /api/events is held open by design (tests/e2e/test_session_events.py reads it).
-api_schema = schemathesis.openapi.from_path(SPECS / "api.yaml", config=CONFIG).exclude(
-    path="/events"
-)
+
+def _config(mode: str, examples: int) -> schemathesis.Config:
+    return schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "output": {"sanitization": {"enabled": False}},  # show token fields in reproductions
+            "generation": {"mode": mode, "max-examples": examples, "database": "none"},
+        }
+    )
+
+
+def _documents(mode: str, examples: int) -> tuple[Any, Any]:
+    """The /v1 and /api documents; GET /api/events is held open by design
+    (tests/e2e/test_session_events.py reads it)."""
+    config = _config(mode, examples)
+    v1 = schemathesis.openapi.from_path(SPEC, config=config)
+    api = schemathesis.openapi.from_path(SPECS / "api.yaml", config=config)
+    return v1, api.exclude(path="/events")
+
+
+schema, api_schema = _documents("all", MAX_EXAMPLES)
+negative_schema, negative_api_schema = _documents("negative", NEGATIVE_EXAMPLES)
+# Any string is a model id: a path parameter has no negative value to generate.
+negative_schema = negative_schema.exclude(path="/models/{model_id}")
 
 
 @schema.parametrize()
@@ -90,3 +114,30 @@ def test_every_management_operation_conforms(case: Case[Any], api_base_url: str)
     """OAI-CONC-03, OAI-ERR-01: every /api steering operation (SAEs, attachments, live values,
     profiles, the active profile) answers in its documented shape; no input gets a 5xx."""
     case.call_and_validate(base_url=api_base_url, checks=CHECKS, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def default_base_url(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[str]:
+    """The server as `miserver serve` starts it (the embedded GGUF), with the trained SAEs."""
+    env = {"MISERVER_SAES_DIR": str(saes_dir)}
+    with live_server(tmp_path_factory.mktemp("e2e-negative"), env, model=None) as running:
+        yield running.base_url.removesuffix("/v1")
+
+
+@negative_schema.parametrize()
+def test_every_invalid_v1_request_is_a_documented_4xx(
+    case: Case[Any], default_base_url: str
+) -> None:
+    """Issue 24, OAI-ERR-01: negative mode alone over /v1: no 5xx, a
+    documented status and the error schema for every schema-breaking request."""
+    bounded(case, GGUF_ID)
+    case.call_and_validate(base_url=f"{default_base_url}/v1", checks=CHECKS, timeout=60)
+
+
+@negative_api_schema.parametrize()
+def test_every_invalid_api_request_is_a_documented_4xx(
+    case: Case[Any], default_base_url: str
+) -> None:
+    """Issue 24, LOC-GEN-09, LOC-GEN-14..16: negative mode alone over /api: no 5xx, a
+    documented status and the error schema for every schema-breaking request."""
+    case.call_and_validate(base_url=f"{default_base_url}/api", checks=CHECKS, timeout=60)
