@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
-from .http.errors import ApiError, internal_error
+from .errors import ApiError, internal_error
 from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
 from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import settings as settings_mod
 from .access import StartRefused, access_policy
-from .http.request_id import RequestIdFilter
+from .request_ids import RequestIdFilter
 from .serving import params
 
 log = logging.getLogger("miserver")

@@ -11,11 +11,12 @@ from connexion.context import request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..errors import ApiError
 from ..http.body import location, parsed
-from ..http.errors import ApiError
 from ..http.sse import frames
 from ..serving.requests import GenerationRequest
-from ..serving.service import CompletionService, Reply, StreamReply
+from ..serving.results import Reply, StreamReply
+from ..serving.service import CompletionService
 
 if TYPE_CHECKING:
     from ..app import ServerState

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.responses import JSONResponse, Response
 
 from .. import contract
-from ..http.errors import ApiError
+from ..errors import ApiError
 
 
 async def openapi_v1() -> JSONResponse:

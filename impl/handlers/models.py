@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from ..http.errors import ApiError
+from ..errors import ApiError
 from ..models.manager import listed
 from .common import state
 

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from connexion.context import request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from ..errors import ApiError
 from ..generated import api
-from ..http.errors import ApiError
 from ..http.sse import named
 from ..models.listing import list_local
 from ..models.locator import is_loopback_peer

@@ -45,8 +45,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..access import AccessPolicy
+from ..errors import ApiError
 from .body import BODY_KEY, MAX_DEPTH, BodyRefused, read
-from .errors import ApiError
 
 log = logging.getLogger(__name__)
 

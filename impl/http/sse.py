@@ -13,8 +13,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from ..serving.service import Comment
-from .errors import ApiError, internal_error
+from ..errors import ApiError, internal_error
+from ..serving.results import Comment
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 from connexion.validators import JSONRequestBodyValidator, ParameterValidator
 from jsonschema.exceptions import ValidationError, best_match
 
+from ..errors import ApiError, InvalidParameter
 from .body import BODY_KEY, location, parsed
-from .errors import ApiError, InvalidParameter
 
 MAX_SHOWN = 120
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..http.errors import ApiError
+from ..errors import ApiError
 from .registry import GGUF, TRANSFORMERS, ModelEntry, ModelRegistry, entries_for
 
 ENGINES = {"auto": None, "llama.cpp": GGUF, "transformers": TRANSFORMERS}

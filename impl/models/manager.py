@@ -32,7 +32,7 @@ from ..engines.transformers import load_transformers_engine
 from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
 from ..engines.transformers.engine import ENCODER_CAPABILITIES
 from ..engines.transformers.float32 import Float32Settings
-from ..http.errors import ApiError
+from ..errors import ApiError
 from ..settings import Settings
 from .memory import available_mib, needed_mib
 from .registry import GGUF, TRANSFORMERS, ModelEntry, ModelRegistry

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engines import gguf
-from ..http.errors import ApiError
+from ..errors import ApiError
 
 log = logging.getLogger(__name__)
 

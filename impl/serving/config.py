@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..engines.base import LoadOptions
-from ..http.errors import ApiError
+from ..errors import ApiError
 from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..settings import Settings

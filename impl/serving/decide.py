@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from ..engines.base import Decision, Engine
-from ..http.errors import ApiError
+from ..errors import ApiError
 from ..models.manager import ModelManager
 from .scheduler import Scheduler
 

@@ -18,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from .. import headers as hdr
 from ..engines.base import EmbeddingsDisabled, Engine
+from ..errors import ApiError, InvalidParameter
 from ..generated import v1
-from ..http import headers as hdr
-from ..http.errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import GGUF
 from ..settings import Settings
 from .policy import report_unused, review
 from .requests import Entry, check_ids, entries
+from .results import Reply
 from .scheduler import Scheduler
-from .service import Reply
 from .slots import slot_with_model
 
 LISTED = 16  # over-limit inputs named in the message, then "N more" (OAI-EMB-21)

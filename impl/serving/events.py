@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..http.request_id import NONE, RequestIdFilter
+from ..request_ids import NONE, RequestIdFilter
 
 
 @dataclass(frozen=True, slots=True)

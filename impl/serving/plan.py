@@ -25,7 +25,7 @@ from ..engines.base import (
     Rng,
     SamplingParams,
 )
-from ..http.errors import ApiError, InvalidParameter
+from ..errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..steering.header import Unknown, serialize

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from ..http import headers as hdr
-from ..http.errors import FieldNotHonoured
+from .. import headers as hdr
+from ..errors import FieldNotHonoured
 from .schema import Schema, v1_schema
 
 Rule = str | Mapping[str, Any]

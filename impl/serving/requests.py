@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ..engines.base import ChatPrompt
+from ..errors import ApiError, InvalidParameter
 from ..generated import v1
-from ..http.errors import ApiError, InvalidParameter
 from ..steering.request import InlineSet, SteeringAsk
 from .scoring import ScoringAsk, scoring_ask
 

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..http.errors import ApiError
+from ..errors import ApiError
 
 
 @dataclass(eq=False, slots=True)

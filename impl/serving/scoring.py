@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engines.base import Scored, ScoreQuery
-from ..http.errors import ApiError, FieldNotHonoured, InvalidParameter
+from ..errors import ApiError, FieldNotHonoured, InvalidParameter
 
 MIN_TEMPERATURE = 0.001
 UNSTEERED_FIELDS = ("profile", "steering_intensity", "steering", "response_format", "tools")

@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .. import headers as hdr
 from ..engines.base import (
     Engine,
     NonFiniteLogits,
     PrecisionUnavailable,
 )
-from ..http import headers as hdr
-from ..http.errors import ApiError, FieldNotHonoured, InvalidParameter
+from ..errors import ApiError, FieldNotHonoured, InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..settings import Settings
@@ -38,6 +38,7 @@ from .policy import honours, report_unused, review
 from .replies import Piece
 from .requests import GenerationRequest, TextPrompt, TokenPrompt
 from .response_format import check_combination, output_format
+from .results import Comment, Reply, StreamReply
 from .scheduler import Scheduler, Ticket
 from .scoring import (
     ScoringAsk,
@@ -54,25 +55,6 @@ from .thinking import settle, with_thinking
 from .tools import format_header, tool_ask
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Comment:
-    """An SSE comment line (`: text`)."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    body: dict[str, Any]
-    headers: dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class StreamReply:
-    events: AsyncGenerator[dict[str, Any] | Comment, None]
-    headers: dict[str, str]
 
 
 class CompletionService:

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from ..http.errors import ApiError
+from ..errors import ApiError
 from ..models.experts import experts_used
 from ..models.listing import architecture
 from ..models.locator import ModelLocator

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from ..http import request_id
+from .. import request_ids
 
 _MIB = 1024 * 1024
 TOKEN_ZEROS = {"io_ms": 0, "mgmt_ms": 0, "stall_ms": 0, "flash_wait_ms": 0, "read_mib": 0}
@@ -68,7 +68,7 @@ class Meter:
     steps: int
     n_prompt: int
     load_s: float = 0.0
-    request_id: str | None = field(default_factory=request_id.current)
+    request_id: str | None = field(default_factory=request_ids.current)
     _process: psutil.Process = field(default_factory=psutil.Process)
     _start: float = field(default_factory=time.perf_counter)
     _last: float = 0.0

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engines.base import ChatPrompt
-from ..http.errors import InvalidParameter
+from ..errors import InvalidParameter
 from .requests import GenerationRequest
 
 KEY = "enable_thinking"

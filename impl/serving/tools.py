@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import headers as hdr
 from ..engines.base import ChatPrompt, Constraint
-from ..http import headers as hdr
-from ..http.errors import FieldNotHonoured, InvalidParameter
+from ..errors import FieldNotHonoured, InvalidParameter
 from . import generic, schema_subset
 from .generic import GENERIC, DocumentBuffer, GenericFormat
 from .toolcalls import CallFormat, ParsedReply, ToolCall, format_of, takes_tools

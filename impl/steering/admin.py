@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..http.errors import ApiError, InvalidParameter
+from ..errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..store.profiles import Profile, ProfileError, ProfileNotFound
 from .header import serialize

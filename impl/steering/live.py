@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..http.errors import ApiError, InvalidParameter
+from ..errors import ApiError, InvalidParameter
 from ..store.database import Database
 from ..store.profiles import Profile, ProfileStore
 from . import dial

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..http.errors import ApiError, InvalidParameter
+from ..errors import ApiError, InvalidParameter
 from ..store.profiles import Profile, ProfileNotFound
 from . import dial
 from .applied import EMPTY, Item, Snapshot, item, snapshot

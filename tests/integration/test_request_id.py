@@ -21,8 +21,8 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from miserver.http.request_id import RequestIdFilter
 from miserver.http.security import BODY_CAP
+from miserver.request_ids import RequestIdFilter
 from tests.conftest import JSON, MODEL_ID
 from tests.integration.test_security import KEY, Running, serving, settings_in
 

@@ -11,7 +11,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from starlette.testclient import TestClient
 
-from miserver.http.errors import catalog
+from miserver.errors import catalog
 from miserver.settings import documented
 from tools import codegen, layering
 

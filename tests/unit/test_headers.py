@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miserver.http import headers
-from miserver.http.errors import ApiError
+from miserver import headers
+from miserver.errors import ApiError
 from miserver.serving.policy import encode_name
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.models.locator import ModelLocator, is_loopback_peer
 from miserver.models.registry import ModelRegistry
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from miserver.engines.llamacpp import CAPABILITIES as LLAMACPP_CAPS
-from miserver.http.errors import FieldNotHonoured
+from miserver.errors import FieldNotHonoured
 from miserver.serving.policy import decide, is_no_change, matrix, review
 
 CAPS = frozenset({"generate", "chat", "seed"})

@@ -1,4 +1,4 @@
-"""The x-request-id middleware, its log filter and its id rule (http/request_id.py)."""
+"""The x-request-id middleware (http/request_id.py), its log filter and id rule (request_ids)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from miserver.http import request_id
-from miserver.http.request_id import RequestIdFilter, RequestIdMiddleware, chosen
+from miserver import request_ids
+from miserver.http.request_id import RequestIdMiddleware
+from miserver.request_ids import RequestIdFilter, chosen
 
 FRESH = re.compile(r"req_[0-9a-f]{32}")
 log = logging.getLogger("miserver.tests.request_id")
@@ -40,7 +41,7 @@ def test_anything_else_gets_a_fresh_id(sent: list[str]) -> None:
 def app() -> RequestIdMiddleware:
     async def hello(request: Request) -> Response:
         log.warning("handling")
-        return JSONResponse({"id": request_id.current()}, headers={"X-Request-Id": "forged"})
+        return JSONResponse({"id": request_ids.current()}, headers={"X-Request-Id": "forged"})
 
     return RequestIdMiddleware(Starlette(routes=[Route("/hello", hello)]))
 
@@ -60,7 +61,7 @@ def test_the_response_and_the_log_record_carry_the_id(caplog: pytest.LogCaptureF
     assert missing.status_code == 404 and FRESH.fullmatch(missing.headers["x-request-id"])
     ids = [getattr(r, "request_id", None) for r in caplog.records if r.name == log.name]
     assert ids == ["trace-1", fresh.headers["x-request-id"]]
-    assert request_id.current() is None
+    assert request_ids.current() is None
 
 
 def test_outside_a_request_a_record_says_dash() -> None:

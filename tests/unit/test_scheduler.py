@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.serving.scheduler import Scheduler
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.serving.schema_subset import PARAM, check, problems
 
 JUDGE: dict[str, Any] = {

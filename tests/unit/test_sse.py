@@ -7,9 +7,9 @@ import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.http.sse import frames
-from miserver.serving.service import Comment
+from miserver.serving.results import Comment
 
 
 async def _collect(source: AsyncGenerator[dict[str, Any] | Comment, None]) -> list[bytes]:

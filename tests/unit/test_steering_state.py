@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.steering import steering_set_hash
 from miserver.steering.dial import Bounds, is_off, resolve
 from miserver.steering.header import ManualMember, ProfileMember, parse

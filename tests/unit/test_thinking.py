@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from miserver.engines.base import ChatPrompt
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.serving.requests import GenerationRequest, TextPrompt
 from miserver.serving.thinking import KWARG, Thinking, resolve, settle, with_thinking
 

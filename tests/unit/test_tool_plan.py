@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from miserver.engines.base import ChatPrompt
-from miserver.http.errors import ApiError
+from miserver.errors import ApiError
 from miserver.serving.toolcalls import FORMATS
 from miserver.serving.tools import CallBuffer, format_header, tool_ask, tool_plan
 
