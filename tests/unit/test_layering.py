@@ -1,0 +1,245 @@
+"""tools/layering.py catches what each rule forbids, on small fake trees (issue 16 item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.layering import (
+    KNOWN,
+    RULES,
+    Import,
+    Module,
+    check,
+    cycles,
+    imports,
+    violations,
+)
+
+PYPROJECT = """\
+[project]
+name = "fake"
+dependencies = ["pyyaml>=6", "connexion[uvicorn]>=3.3", "starlette", "llama-cpp-python"]
+
+[project.optional-dependencies]
+conformance = ["httpx>=0.27"]
+"""
+
+Key = tuple[str, str, str]
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    """Write `files` (path -> source) under `root`, with every package's `__init__.py`."""
+    (root / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
+    for name, source in files.items():
+        path = root / name
+        for folder in reversed(path.relative_to(root).parents):
+            if folder != Path("."):
+                (root / folder).mkdir(exist_ok=True)
+                (root / folder / "__init__.py").touch()
+        path.write_text(source, encoding="utf-8")
+    return root
+
+
+def keys(root: Path) -> set[Key]:
+    return {v.key for v in violations(root)}
+
+
+def test_from_import_names_both_the_package_and_the_name(tmp_path: Path) -> None:
+    """Issue 16 item 4: `from X import a` gives X and X.a, relative levels resolved."""
+    tree(tmp_path, {"impl/serving/sub/m.py": "from ...engines import base\nfrom . import a\n"})
+    mod = Module("miserver.serving.sub.m", tmp_path / "impl/serving/sub/m.py", False)
+    assert list(imports(mod)) == [
+        Import(1, "miserver.engines", "miserver.engines.base"),
+        Import(2, "miserver.serving.sub", "miserver.serving.sub.a"),
+    ]
+
+
+def test_from_dot_in_a_package_init_is_the_package_itself(tmp_path: Path) -> None:
+    """Issue 16 item 4: `from . import a` in an `__init__.py` means the package, not its parent."""
+    tree(tmp_path, {"impl/serving/__init__.py": "from . import a\nfrom .. import errors\n"})
+    mod = Module("miserver.serving", tmp_path / "impl/serving/__init__.py", True)
+    assert list(imports(mod)) == [
+        Import(1, "miserver.serving", "miserver.serving.a"),
+        Import(2, "miserver", "miserver.errors"),
+    ]
+
+
+def test_relative_import_beyond_the_top_is_refused(tmp_path: Path) -> None:
+    """Issue 16 item 4: a relative import past `miserver` is an error, not a silent guess."""
+    tree(tmp_path, {"impl/m.py": "from .. import x\n"})
+    with pytest.raises(ValueError, match="beyond the top-level package"):
+        list(imports(Module("miserver.m", tmp_path / "impl/m.py", False)))
+
+
+def test_engines_import_only_engines(tmp_path: Path) -> None:
+    """Issue 16 item 4: `from ... import serving` in an engine is caught (it used to resolve to
+    `miserver` and pass); importing another engine module stays allowed."""
+    tree(
+        tmp_path,
+        {
+            "impl/serving/service.py": "",
+            "impl/settings.py": "",
+            "impl/engines/base.py": "",
+            "impl/engines/x.py": "from .. import settings\nfrom miserver import engines\n",
+            "impl/engines/llamacpp/y.py": "from ... import serving\nfrom .. import base\n",
+        },
+    )
+    found = keys(tmp_path)
+    assert ("engines", "miserver.engines.llamacpp.y", "miserver.serving") in found
+    assert ("engines", "miserver.engines.x", "miserver.settings") in found
+    assert {k for k in found if k[0] == "engines"} == {
+        ("engines", "miserver.engines.llamacpp.y", "miserver.serving"),
+        ("engines", "miserver.engines.x", "miserver.settings"),
+    }
+
+
+def test_only_the_front_imports_the_web_framework(tmp_path: Path) -> None:
+    """Issue 16 item 4: starlette in serving is caught; in http, handlers, app and cli it is not."""
+    tree(
+        tmp_path,
+        {
+            "impl/serving/y.py": "from starlette.responses import Response\n",
+            "impl/steering/z.py": "def f():\n    import uvicorn\n",
+            "impl/http/sse.py": "import starlette\n",
+            "impl/handlers/chat.py": "from connexion import request\n",
+            "impl/app.py": "import connexion\n",
+            "impl/cli.py": "import uvicorn\n",
+        },
+    )
+    assert {k for k in keys(tmp_path) if k[0] == "web"} == {
+        ("web", "miserver.serving.y", "starlette.responses"),
+        ("web", "miserver.steering.z", "uvicorn"),
+    }
+
+
+def test_the_core_never_imports_the_front(tmp_path: Path) -> None:
+    """Issue 16 item 4: serving, steering, models, store and engines never import http,
+    handlers or app; the shared leaves at the top (errors) are fine."""
+    tree(
+        tmp_path,
+        {
+            "impl/errors.py": "",
+            "impl/app.py": "",
+            "impl/http/errors.py": "",
+            "impl/handlers/chat.py": "",
+            "impl/serving/s.py": "from ..http.errors import ApiError\nfrom ..errors import X\n",
+            "impl/steering/t.py": "from miserver import handlers\n",
+            "impl/store/u.py": "from ..app import ServerState\n",
+            "impl/handlers/v.py": "from ..http.errors import ApiError\n",
+        },
+    )
+    assert {k for k in keys(tmp_path) if k[0] == "core"} == {
+        ("core", "miserver.serving.s", "miserver.http.errors"),
+        ("core", "miserver.steering.t", "miserver.handlers"),
+        ("core", "miserver.store.u", "miserver.app"),
+    }
+
+
+def test_generated_and_conformance_import_only_themselves(tmp_path: Path) -> None:
+    """Issue 16 item 4: generated/ imports nothing of ours; conformance/ speaks only HTTP."""
+    tree(
+        tmp_path,
+        {
+            "impl/errors.py": "",
+            "generated/v1.py": "from miserver import errors\nfrom . import api\n",
+            "generated/api.py": "",
+            "conformance/cli.py": "import miserver.errors\nfrom .checks import a\n",
+            "conformance/checks/a.py": "",
+        },
+    )
+    found = keys(tmp_path)
+    assert ("generated", "miserver.generated.v1", "miserver.errors") in found
+    assert ("conformance", "miserver.conformance.cli", "miserver.errors") in found
+    assert {k for k in found if k[0] in ("generated", "conformance")} == {
+        ("generated", "miserver.generated.v1", "miserver.errors"),
+        ("conformance", "miserver.conformance.cli", "miserver.errors"),
+    }
+
+
+def test_a_cycle_between_packages_names_the_modules_that_make_it(tmp_path: Path) -> None:
+    """Issue 16 item 4: http -> serving -> http is one cycle, and each edge names its imports."""
+    tree(
+        tmp_path,
+        {
+            "impl/http/sse.py": "from ..serving.results import Comment\n",
+            "impl/serving/results.py": "",
+            "impl/serving/events.py": "\nfrom ..http import sse\n",
+        },
+    )
+    [cycle] = [v for v in violations(tmp_path) if v.rule == "cycles"]
+    assert cycle.key == ("cycles", "miserver.http -> miserver.serving -> miserver.http", "")
+    assert cycle.detail == (
+        "miserver.http -> miserver.serving: miserver.http.sse:1 imports miserver.serving.results",
+        "miserver.serving -> miserver.http: miserver.serving.events:2 imports miserver.http.sse",
+    )
+
+
+def test_subpackages_are_nodes_and_top_modules_are_nodes(tmp_path: Path) -> None:
+    """Issue 16 item 4: serving.chat <-> serving is a cycle (a subpackage is its own node);
+    app -> serving -> errors is not (each module at the top of miserver is its own node)."""
+    tree(
+        tmp_path,
+        {
+            "impl/app.py": "from .serving import service\n",
+            "impl/errors.py": "",
+            "impl/serving/service.py": "from ..errors import ApiError\nfrom .chat import tools\n",
+            "impl/serving/chat/tools.py": "from .. import stops\n",
+            "impl/serving/stops.py": "",
+        },
+    )
+    assert {k for k in keys(tmp_path) if k[0] == "cycles"} == {
+        ("cycles", "miserver.serving -> miserver.serving.chat -> miserver.serving", ""),
+    }
+
+
+def test_every_cycle_is_reported_once() -> None:
+    """Issue 16 item 4: two cycles through one node are both found, each from its smallest node."""
+    edges = [("a", "b"), ("b", "a"), ("b", "c"), ("c", "d"), ("d", "b"), ("d", "e")]
+    assert cycles(edges) == [("a", "b"), ("b", "c", "d")]
+
+
+def test_third_party_imports_are_declared(tmp_path: Path) -> None:
+    """Issue 16 item 4: an undeclared package is caught; stdlib, ours, and packages declared
+    under another distribution name (yaml -> pyyaml, llama_cpp -> llama-cpp-python) pass;
+    conformance/ may also use its extra."""
+    tree(
+        tmp_path,
+        {
+            "impl/serving/y.py": (
+                "import json\nimport yaml\nfrom llama_cpp import Llama\nimport numpy.linalg\n"
+            ),
+            "impl/http/z.py": "from connexion import request\nimport httpx\n",
+            "conformance/c.py": "import httpx\nimport hypothesis\n",
+        },
+    )
+    assert {k for k in keys(tmp_path) if k[0] == "dependencies"} == {
+        ("dependencies", "miserver.serving.y", "numpy"),
+        ("dependencies", "miserver.http.z", "httpx"),
+        ("dependencies", "miserver.conformance.c", "hypothesis"),
+    }
+
+
+def test_known_violations_are_tolerated_and_stale_ones_reported(tmp_path: Path) -> None:
+    """Issue 16 item 4: a KNOWN violation passes; a KNOWN entry that no longer occurs fails the
+    check, so the list can only shrink."""
+    tree(tmp_path, {"impl/serving/y.py": "import starlette\n"})
+    present = ("web", "miserver.serving.y", "starlette")
+    gone = ("core", "miserver.serving.y", "miserver.http.errors")
+    assert check(tmp_path, {present: "moving"}) == ([], 1)
+    problems, tolerated = check(tmp_path, {present: "moving", gone: "moved already"})
+    assert tolerated == 1
+    assert problems == [f"stale known violation: {gone}: delete it from KNOWN"]
+    problems, _ = check(tmp_path, {})
+    assert problems == [
+        "[web] miserver.serving.y:1 imports starlette: "
+        "only app, cli, handlers and http import the web framework"
+    ]
+
+
+def test_known_entries_name_a_rule() -> None:
+    """Issue 16 item 4: every KNOWN entry belongs to a rule the checker has."""
+    rules = {rule.name for rule in RULES} | {"cycles", "dependencies"}
+    assert {rule for rule, _, _ in KNOWN} <= rules
+    assert all(KNOWN.values())
