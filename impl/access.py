@@ -11,7 +11,7 @@ broken rule (the CLI turns it into exit status 2):
 - an `--allow-origin` that is not an origin (`http[s]://host[:port]`).
 
 The policy's `warning` is what to log at start: every non-loopback bind gets
-one, stronger when no key is set (REQ-003 open point 12). The key never
+one, stronger when no key is set (docs/DECISIONS.md, non-loopback bind). The key never
 appears in a repr, a message or a log.
 """
 

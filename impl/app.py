@@ -236,12 +236,8 @@ class Server:
         model_id = self.launch_model_id()
         if self._preload and model_id is not None:
             entry = self.state.manager.entry(model_id)
-            ticket = self.state.scheduler.enter()
-            try:
-                await self.state.scheduler.wait(ticket)
+            async with self.state.scheduler.hold():
                 await self.state.manager.ensure(entry)
-            finally:
-                self.state.scheduler.leave(ticket)
 
     def shutdown(self) -> None:
         logging.getLogger("miserver").removeHandler(self._log_events)

@@ -6,11 +6,11 @@ from starlette.responses import Response
 
 from ..generated import v1
 from ..serving.requests import chat_request
-from .common import parse, request_body, respond, service
+from .common import parse, request_body, respond
 
 
 async def create_chat_completion() -> Response:
     """POST /v1/chat/completions."""
     body = request_body()
     req = parse(v1.ChatCompletionRequest, body)
-    return await respond(service().serve, chat_request(req), body)
+    return await respond(chat_request(req), body)

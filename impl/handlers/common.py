@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from connexion.context import request
@@ -14,16 +14,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..errors import ApiError
 from ..http.body import location, parsed
 from ..http.sse import frames
+from ..serving.admission import Admission, admit
 from ..serving.requests import GenerationRequest
 from ..serving.results import Reply, StreamReply
 from ..serving.service import CompletionService
 
 if TYPE_CHECKING:
     from ..app import ServerState
-
-Serve = Callable[
-    [GenerationRequest, Mapping[str, Any], Mapping[str, str]], Awaitable[Reply | StreamReply]
-]
 
 DISCONNECT_POLL_SECONDS = 0.25
 CLIENT_CLOSED = 499  # nobody reads it: the client is gone
@@ -105,9 +102,15 @@ async def _unless_disconnected(
     return None
 
 
-async def respond(serve: Serve, req: GenerationRequest, body: Mapping[str, Any]) -> Response:
-    """JSON for a reply, SSE for a stream; errors propagate to the error handlers."""
-    result = await _unless_disconnected(serve(req, body, request.headers))
+def admitted(endpoint: str, model_id: str, body: Mapping[str, Any]) -> Admission:
+    """The request let in to `endpoint` (serving/admission.py), or its refusal."""
+    return admit(state().manager, endpoint, model_id, body, request.headers)
+
+
+async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:
+    """A completion's JSON reply, or its SSE stream; errors propagate to the error handlers."""
+    admission = admitted(req.endpoint, req.model_id, body)
+    result = await _unless_disconnected(service().serve(req, admission))
     if result is None:
         return Response(status_code=CLIENT_CLOSED)
     if isinstance(result, Reply):

@@ -6,11 +6,11 @@ from starlette.responses import Response
 
 from ..generated import v1
 from ..serving.requests import completion_request
-from .common import parse, request_body, respond, service
+from .common import parse, request_body, respond
 
 
 async def create_completion() -> Response:
     """POST /v1/completions."""
     body = request_body()
     req = parse(v1.CompletionRequest, body)
-    return await respond(service().serve, completion_request(req), body)
+    return await respond(completion_request(req), body)

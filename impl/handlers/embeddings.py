@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from connexion.context import request
 from starlette.responses import JSONResponse
 
 from ..generated import v1
-from .common import parse, request_body, state
+from .common import admitted, parse, request_body, state
 
 
 async def create_embeddings() -> JSONResponse:
     """POST /v1/embeddings."""
     body = request_body()
     req = parse(v1.EmbeddingRequest, body)
-    reply = await state().embeddings.serve(req, body, request.headers)
+    reply = await state().embeddings.serve(req, admitted("embeddings", req.model, body))
     return JSONResponse(reply.body, headers=reply.headers)

@@ -26,8 +26,16 @@ async def get_profile(name: str) -> JSONResponse:
 async def put_profile(name: str) -> JSONResponse:
     """PUT /api/profiles/{name}: create or replace."""
     req = parse_local(api.ProfileInput, request_body())
-    fields = req.model_dump(mode="json")
-    view, created = _admin().put_profile(name, fields)
+    bounds = None if req.intensity_range is None else [r.root for r in req.intensity_range]
+    view, created = _admin().put_profile(
+        name,
+        sae_id=req.sae_id,
+        layer=req.layer,
+        features=[(f.index, f.strength) for f in req.features],
+        description=req.description,
+        intensity=req.intensity,
+        intensity_range=bounds,
+    )
     return JSONResponse(view, status_code=201 if created else 200)
 
 

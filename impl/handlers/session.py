@@ -26,7 +26,7 @@ async def info() -> JSONResponse:
 async def load() -> JSONResponse:
     """POST /api/session/load: 202 once the load is under way (LOC-LOAD-03..05, -07;
     LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads;
-    409 busy while another load runs, open point 8)."""
+    409 busy while another load runs: docs/DECISIONS.md, statuses)."""
     req = parse_local(api.LoadRequest, request_body() or {})
     server = state()
     server.session.refuse_if_loading()  # before `model` is set: a refused load changes nothing
@@ -41,7 +41,7 @@ async def load() -> JSONResponse:
         entry = server.session.target(
             str(config["values"]["model"]), peer_local=local, engine=engine
         )
-    else:  # the model parameter is set first, then loaded (LOC-LOAD-04, open point 36)
+    else:  # the model parameter is set first, then loaded (docs/DECISIONS.md, config layers)
         entry = server.session.target(req.model, peer_local=local, engine=engine)
         server.config.update(values={"model": req.model}, peer_local=local)
     server.session.load(entry)
@@ -49,7 +49,8 @@ async def load() -> JSONResponse:
 
 
 async def unload() -> JSONResponse:
-    """POST /api/session/unload: `{"ok": true}` (open point 8), and whether a model was loaded."""
+    """POST /api/session/unload: `{"ok": true}` and whether a model was loaded
+    (docs/DECISIONS.md, statuses)."""
     return JSONResponse({"ok": True, "unloaded": await state().session.unload()})
 
 

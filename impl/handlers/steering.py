@@ -38,7 +38,7 @@ async def detach_sae(sae_id: str, layer: int, model: str | None = None) -> JSONR
 async def set_live_values(sae_id: str, layer: int, model: str | None = None) -> JSONResponse:
     """PUT /api/steering/attachments/{sae_id}/{layer}/features."""
     req = parse_local(api.LiveValues, request_body())
-    features = [f.model_dump() for f in req.features]
+    features = [(f.index, f.strength) for f in req.features]
     return JSONResponse(_admin().set_values(sae_id, layer, model, features))
 
 

@@ -9,7 +9,7 @@ of the wrong type, which is `invalid_request` as REQ-003 LOC-CHAT-04 says
 (document 000 names no code for it). `/api` answers `invalid_request` for a
 body that is not a JSON object, or holds a field of the wrong JSON type
 (REQ-003 LOC-GEN-14..16); a value its schema refuses (a range, a choice, a
-missing field) is `invalid_parameter` there too (REQ-000 open point 9).
+missing field) is `invalid_parameter` there too (docs/DECISIONS.md, statuses).
 """
 
 from __future__ import annotations

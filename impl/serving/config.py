@@ -63,7 +63,7 @@ def _launch(
 def operator_keys(
     settings: Settings, launch_id: str | None, flags: Mapping[str, Any] | None = None
 ) -> tuple[str, ...]:
-    """The parameters the operator set at launch (REQ-003 open point 31)."""
+    """The parameters the operator set at launch (docs/DECISIONS.md, config layers)."""
     launch = _launch(settings, launch_id, flags)
     return tuple(key for key, (_, given) in launch.items() if given)
 
@@ -72,7 +72,7 @@ def server_defaults(
     settings: Settings, launch_id: str | None, flags: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The table's defaults with the launch settings laid over them (LOC-PARAMS-03):
-    default < launch flags < the user's values (open point 31)."""
+    default < launch flags < the user's values (docs/DECISIONS.md)."""
     defaults = {param.key: param.default for param in table()}
     rows = by_key()
     for key, (value, _) in _launch(settings, launch_id, flags).items():

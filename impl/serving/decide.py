@@ -124,15 +124,11 @@ class Decider:
                 f"The decision's prompt is {len(ids)} tokens; the model's context is {limit}.",
                 "prefix",
             )
-        ticket = self._scheduler.enter()
-        try:
-            await self._scheduler.wait(ticket)
+        async with self._scheduler.hold() as ticket:
             if self._engine() is not engine:
                 raise ApiError("model_busy", "The model changed while the decision waited.", None)
             loop = asyncio.get_running_loop()
             decision = await loop.run_in_executor(
                 self._executor, engine.decide, ids, prefix_length, firsts, reuse, ticket.cancel
             )
-        finally:
-            self._scheduler.leave(ticket)
         return answer(decision)

@@ -58,15 +58,13 @@ class RequestDefaults:
             think=bool(values["think"]),
         )
 
-    def apply(
-        self, req: GenerationRequest, raw: Mapping[str, Any], *, seeds: bool
-    ) -> GenerationRequest:
-        """`req` with the defaults for the sampling fields `raw` (the body) left out;
-        `seeds`: whether the engine honours a seed."""
+    def apply(self, req: GenerationRequest, *, seeds: bool) -> GenerationRequest:
+        """`req` with the defaults for the sampling fields it left out (None); `seeds`:
+        whether the engine honours a seed. After it, `temperature` and `top_p` are set."""
         changes: dict[str, Any] = {"top_k": self.top_k}
-        if raw.get("temperature") is None:
+        if req.temperature is None:
             changes["temperature"] = self.temperature
-        if raw.get("top_p") is None:
+        if req.top_p is None:
             changes["top_p"] = self.top_p
         if seeds and req.seed is None and self.seed is not None:
             changes["seed"] = self.seed

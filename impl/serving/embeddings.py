@@ -11,25 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from .. import headers as hdr
 from ..engines.base import EmbeddingsDisabled, Engine
 from ..errors import ApiError, InvalidParameter
 from ..generated import v1
 from ..models.manager import ModelManager
 from ..models.registry import GGUF
 from ..settings import Settings
-from .policy import report_unused, review
+from .admission import Admission
 from .requests import Entry, check_ids, entries
 from .results import Reply
-from .scheduler import Scheduler
-from .slots import slot_with_model
+from .scheduler import Scheduler, holding
 
 LISTED = 16  # over-limit inputs named in the message, then "N more" (OAI-EMB-21)
 DISABLED = (
@@ -97,33 +95,23 @@ class EmbeddingService:
         self._scheduler = scheduler
         self._executor = executor
 
-    async def serve(
-        self, req: v1.EmbeddingRequest, raw: Mapping[str, Any], request_headers: Mapping[str, str]
-    ) -> Reply:
-        strict = hdr.strict_mode(request_headers)
+    async def serve(self, req: v1.EmbeddingRequest, admission: Admission) -> Reply:
+        """Embed every input in one batch, holding the slot (none is steered: SCORE-35)."""
         inputs, single = _inputs(req.input)
         cap = self._settings.embeddings_max_inputs
         if len(inputs) > cap:
             raise InvalidParameter(
                 "input", f"input holds {len(inputs)} inputs; at most {cap} (EMBEDDINGS_MAX_INPUTS)."
             )
-        entry = self._manager.entry(req.model)
-        capabilities = self._manager.capabilities(entry)
-        ignored = review("embeddings", raw, entry.engine, capabilities)
-        headers = {
-            hdr.MODEL: entry.model_id,
-            **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
-        }
-        if "embeddings" not in capabilities:
-            raise InvalidParameter("model", f"`{entry.model_id}` cannot embed.")
+        entry = admission.entry
+        headers = admission.headers((), self._settings.ignored_fields_header_max_bytes)
         if entry.engine == GGUF and not self._settings.gguf_enable_embeddings:
             raise InvalidParameter("model", DISABLED.format(model=entry.model_id))
         self._manager.refuse_if_busy()
         pooling = req.pooling or "mean"
-        ticket, engine = await slot_with_model(
-            self._manager, self._scheduler, self._settings, entry
-        )
-        try:
+        switch_timeout = self._settings.graceful_unload_timeout
+        async with holding(self._manager, self._scheduler, entry, switch_timeout) as slot:
+            engine = slot.engine
             vocab = engine.facts.vocab_size
             ids = [
                 await self._ids(engine, value, vocab, single, i) for i, value in enumerate(inputs)
@@ -136,8 +124,6 @@ class EmbeddingService:
                 vectors = await loop.run_in_executor(self._executor, engine.embed, ids, pooling)
             except EmbeddingsDisabled as exc:
                 raise InvalidParameter("model", DISABLED.format(model=entry.model_id)) from exc
-        finally:
-            self._scheduler.leave(ticket)
         vectors = _checked(np.asarray(vectors, dtype=np.float32), bool(req.normalize))
         fmt = req.encoding_format or "float"
         data = [

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
+from ..errors import ApiError
 from .detokenizer import Detokenizer
 from .stops import StopMatcher
 from .telemetry import Meter
@@ -149,3 +150,33 @@ async def stream_choice(
                 return
     finally:
         cancel.set()
+
+
+async def choice_events(
+    engine: Engine, job: ChoiceJob, executor: Executor
+) -> AsyncIterator[TextDelta | ChoiceEnd]:
+    """One choice as the JSON and the SSE paths both read it: its text pieces, then its end.
+
+    A failure in the engine is raised here; a generation halted for a model switch
+    ends the request with 503 model_busy.
+    """
+    async for event in stream_choice(engine, job, executor):
+        if isinstance(event, ChoiceFailed):
+            raise event.error
+        if isinstance(event, ChoiceEnd):
+            yield unless_halted(event)
+            return
+        yield event
+    raise RuntimeError("generation ended without an end event")
+
+
+def unless_halted(end: ChoiceEnd) -> ChoiceEnd:
+    """A generation halted for a model switch ends the request with 503 model_busy."""
+    if end.finish_reason == "halted":
+        raise ApiError(
+            "model_busy",
+            "The model was unloaded while this request generated "
+            "(GRACEFUL_UNLOAD_TIMEOUT passed); retry.",
+            "model",
+        )
+    return end

@@ -4,7 +4,7 @@
 the row's value or says why it cannot (LOC-CONC-04..06, LOC-PARAMS-13/15).
 Each row's `flag` is a `miserver serve` flag (LOC-PARAMS-09): `add_flags`
 adds those the settings do not already give, and `launch_values` reads them
-back as the launch layer of the config (REQ-003 open point 31).
+back as the launch layer of the config (docs/DECISIONS.md, config layers).
 """
 
 from __future__ import annotations

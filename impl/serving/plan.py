@@ -53,11 +53,17 @@ class Plan:
     prompt_ids: list[list[int]] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
     steering: RequestSource | None = None
-    output: OutputFormat | None = None
-    tool_ask: ToolAsk | None = None
     tools: ToolPlan | None = None  # fixed once the model is resident
     reasoning: ReasoningPlan | None = None  # the template's reasoning span, if any (idem)
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # the config's, once
+
+    @property
+    def output(self) -> OutputFormat | None:
+        return self.request.output
+
+    @property
+    def tool_ask(self) -> ToolAsk | None:
+        return self.request.tools
 
     def steering_header(self) -> str:
         """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
@@ -125,18 +131,6 @@ def _without(prompt: ChatPrompt, row: int, unused: set[str]) -> ChatPrompt:
     )
     kwargs = {} if "chat_template_kwargs" in unused else prompt.template_kwargs
     return replace(prompt, messages=messages, template_kwargs=kwargs)
-
-
-def unless_halted(end: ChoiceEnd) -> ChoiceEnd:
-    """A generation halted for a model switch ends the request with 503 model_busy."""
-    if end.finish_reason == "halted":
-        raise ApiError(
-            "model_busy",
-            "The model was unloaded while this request generated "
-            "(GRACEFUL_UNLOAD_TIMEOUT passed); retry.",
-            "model",
-        )
-    return end
 
 
 @dataclass(slots=True)
@@ -251,10 +245,12 @@ def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, meter: Meter | None
     """Prompt i's generation: its ids, budget, sampling, constraint and steering; the
     ticket's halt (a model switch) and cancel (`POST /api/cancel`) stop it."""
     r = plan.request
+    temperature, top_p = r.temperature, r.top_p
+    assert temperature is not None and top_p is not None, "RequestDefaults.apply comes first"
     params = SamplingParams(
         plan.budgets[i],
-        r.temperature,
-        r.top_p,
+        temperature,
+        top_p,
         r.frequency_penalty,
         r.presence_penalty,
         plan.constraint,

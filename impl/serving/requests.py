@@ -1,5 +1,12 @@
-"""Typed requests in, internal frozen values out, with the cross-field rules
-the schema cannot say (OAI-CHAT-10, OAI-CHAT-12)."""
+"""Typed requests in, one complete frozen `GenerationRequest` out, with the
+cross-field rules the schema cannot say (OAI-CHAT-10, OAI-CHAT-12).
+
+Everything the completion path needs from the body is read here, once: the
+prompts, sampling, tools, output format, thinking, scoring. Sampling fields a
+request leaves out stay None until the config's defaults apply, in one place
+(serving/defaults.py). The raw body has one reader besides this one: the
+field matrix (serving/admission.py), which must see undeclared keys.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from pydantic import BaseModel
+
 from ..engines.base import ChatPrompt
 from ..errors import ApiError, InvalidParameter
 from ..generated import v1
 from ..steering.request import InlineSet, SteeringAsk
+from .response_format import OutputFormat, output_format
 from .scoring import ScoringAsk, scoring_ask
+from .tools import ToolAsk, tool_ask
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +56,22 @@ Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkAsk:
+    """The fields that turn a chat's thinking on or off, as sent (None: not sent).
+
+    `enable_thinking` is `chat_template_kwargs.enable_thinking`, checked to be a
+    boolean only where chat_template_kwargs is honoured (serving/thinking.py).
+    """
+
+    think: bool | None = None
+    enable_thinking: Any = None
+    reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
+    """One chat or text completion request, whole: what it asks, typed."""
+
     endpoint: str
     model_id: str
     prompts: tuple[Prompt, ...]
@@ -53,8 +79,8 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     max_tokens: int | None
-    temperature: float
-    top_p: float
+    temperature: float | None  # None: the config's `temp` (RequestDefaults.apply)
+    top_p: float | None  # None: the config's `top-p`
     frequency_penalty: float
     presence_penalty: float
     stops: tuple[str, ...]
@@ -62,6 +88,18 @@ class GenerationRequest:
     steering: SteeringAsk = field(default_factory=SteeringAsk)
     scoring: ScoringAsk | None = None
     top_k: int = 0  # the config's `top-k` (no request field sets it): 0 is off
+    tools: ToolAsk | None = None
+    output: OutputFormat | None = None  # a constrained `response_format` (not `text`)
+    think: ThinkAsk = field(default_factory=ThinkAsk)
+    top_logprobs: int | None = None  # chat's, checked against `logprobs` after the policy
+    precision: str | None = None  # `scoring_precision` as sent
+    as_token_ids: bool = False  # `return_tokens_as_token_ids: true`
+    sent: frozenset[str] = frozenset()  # the declared fields sent with a value (not null)
+
+    @property
+    def scoring_temperature(self) -> float:
+        """The temperature a scoring request divides the logits by (OpenAI's default 1)."""
+        return 1.0 if self.temperature is None else self.temperature
 
 
 def _value(raw: Any) -> Any:
@@ -141,11 +179,13 @@ def _steering(req: Request) -> SteeringAsk:
     return SteeringAsk(req.profile, intensity, inline)
 
 
-def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> GenerationRequest:
+def _common(
+    endpoint: str, req: Request, prompts: tuple[Prompt, ...], **chat: Any
+) -> GenerationRequest:
+    """The fields both endpoints share; `chat` holds the chat-only ones."""
     stream = bool(req.stream)
     n = req.n or 1
     max_tokens = _max_tokens(req.max_tokens, req.max_completion_tokens)
-    temperature = _or(req.temperature, 1.0)
     scoring = scoring_ask(endpoint, req)
     if n > 1 and stream and scoring is None:
         raise InvalidParameter("n", "n above 1 cannot be combined with stream: true.")
@@ -157,15 +197,29 @@ def _common(endpoint: str, req: Request, prompts: tuple[Prompt, ...]) -> Generat
         stream=stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=_or(req.top_p, 1.0),
+        temperature=None if req.temperature is None else float(req.temperature),
+        top_p=None if req.top_p is None else float(req.top_p),
         frequency_penalty=_or(req.frequency_penalty, 0.0),
         presence_penalty=_or(req.presence_penalty, 0.0),
         stops=_stops(req.stop),
         seed=req.seed,
         steering=_steering(req),
         scoring=scoring,
+        output=output_format(_sent(req.response_format)),
+        precision=req.scoring_precision,
+        as_token_ids=req.return_tokens_as_token_ids is True,
+        sent=frozenset(f for f in req.model_fields_set if getattr(req, f, None) is not None),
+        **chat,
     )
+
+
+def _sent(value: Any) -> Any:
+    """A typed field as the JSON it was sent as (unset members left out, as the client did)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if isinstance(value, list):
+        return [_sent(item) for item in value]
+    return value
 
 
 def _or(value: float | None, default: float) -> float:
@@ -232,7 +286,11 @@ def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:
         raise InvalidParameter(
             "extra_messages", "extra_messages (batched chat) cannot be combined with stream: true."
         )
-    return _common("chat", req, prompts)
+    think = ThinkAsk(
+        req.think, (req.chat_template_kwargs or {}).get("enable_thinking"), req.reasoning_effort
+    )
+    tools = tool_ask(_sent(req.tools), _sent(req.tool_choice), req.parallel_tool_calls)
+    return _common("chat", req, prompts, tools=tools, think=think, top_logprobs=req.top_logprobs)
 
 
 def completion_request(req: v1.CompletionRequest) -> GenerationRequest:

@@ -2,10 +2,10 @@
 
 The field matrix (policy.py) has already refused it where an endpoint or
 engine cannot honour it (`field_not_honoured`: GGUF, completions,
-embeddings). `output_format()` reads the request: `json_object`, or
+embeddings). `output_format()` reads the request's `response_format`: `json_object`, or
 `json_schema` whose schema passes the server's own subset (schema_subset.py)
 and the metaschema. `check_combination()` refuses what cannot be combined
-with it, with `response_format_unsupported` (REQ-000 open point 10). After
+with it, with `response_format_unsupported` (docs/DECISIONS.md). After
 generation, `OutputFormat.finish()` decides the choice's finish reason: a
 document the model ended is parsed and validated with jsonschema, and a
 failure is `500 constrained_output_invalid`, never a 200 (OAI-SO-08..10).
@@ -81,9 +81,9 @@ class OutputFormat:
         return f"fails the schema at {where}: {error.message}"
 
 
-def output_format(raw: Mapping[str, Any]) -> OutputFormat | None:
-    """The request's constrained format; None for none or `text`. Refusals before any load."""
-    value = raw.get("response_format")
+def output_format(value: Mapping[str, Any] | None) -> OutputFormat | None:
+    """`response_format` (as JSON) as a constrained format; None for none or `text`.
+    Refusals before any load."""
     if not isinstance(value, Mapping) or value.get("type") in {None, "text"}:
         return None
     if value["type"] == "json_object":
@@ -112,7 +112,7 @@ def output_format(raw: Mapping[str, Any]) -> OutputFormat | None:
     return OutputFormat("json_schema", str(spec.get("name", "")), schema)
 
 
-def check_combination(raw: Mapping[str, Any], *, stops: bool, scoring: bool, tools: bool) -> None:
+def check_combination(output: OutputFormat, *, stops: bool, scoring: bool, tools: bool) -> None:
     """Refuse what cannot be combined with a constrained output (OAI-SO-15, -16, -26).
 
     A stream is served (OAI-SO-14's refusal is superseded, docs/DECISIONS.md): its
@@ -129,7 +129,8 @@ def check_combination(raw: Mapping[str, Any], *, stops: bool, scoring: bool, too
         (scoring, PARAM, "does not apply to scoring requests (nothing is generated)"),
         (tools, "tools", "cannot be combined with `tools`: a tool call is not the document"),
     ]
-    kind = raw["response_format"]["type"]
     for applies, param, why in reasons:
         if applies:
-            raise ApiError("response_format_unsupported", f'response_format "{kind}" {why}.', param)
+            raise ApiError(
+                "response_format_unsupported", f'response_format "{output.kind}" {why}.', param
+            )

@@ -1,9 +1,14 @@
-"""The generation slot and its queue (DECISIONS.md, scheduling and backpressure).
+"""The generation slot and its queue (docs/DECISIONS.md, scheduling and backpressure).
 
 One request holds the slot at a time; the others wait in arrival order. Past
 `max_waiting` waiting requests the next is refused with 503 queue_full. A
 waiter that gives up (client gone) leaves the queue at once; a holder gives
 the slot back when its work has really stopped.
+
+Holding it is one `async with`: `scheduler.hold()` for work on whatever is
+resident (a decision, a load, an unload), `holding(manager, scheduler, entry,
+...)` for work that needs one model resident (a completion, scoring,
+embeddings), which switches models first when needed.
 """
 
 from __future__ import annotations
@@ -11,9 +16,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from ..engines.base import Engine
 from ..errors import ApiError
+from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
 
 
 @dataclass(eq=False, slots=True)
@@ -88,6 +98,17 @@ class Scheduler:
         self._holder.cancel.set()
         return True
 
+    @asynccontextmanager
+    async def hold(self, *, front: bool = False) -> AsyncIterator[Ticket]:
+        """The slot for the block: waited for in line (`front`: ahead of the waiters), given
+        back when the block ends, however it ends."""
+        ticket = self.enter(front=front)
+        try:
+            await self.wait(ticket)
+            yield ticket
+        finally:
+            self.leave(ticket)
+
     def leave(self, ticket: Ticket) -> None:
         """Give up the place or the slot; idempotent."""
         if ticket.released:
@@ -106,3 +127,51 @@ class Scheduler:
                 self._holder = ticket
                 ticket.granted.set_result(None)
                 return
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The slot held with a model resident: the holder's ticket and the model's engine."""
+
+    ticket: Ticket
+    engine: Engine
+
+
+async def claim(
+    manager: ModelManager, scheduler: Scheduler, entry: ModelEntry, switch_timeout: float
+) -> Slot:
+    """Hold the slot with `entry` resident, switching models first if needed; the caller
+    gives the ticket back (`holding` does it for a block).
+
+    A switch is checked (quantization, memory) before it begins, goes ahead
+    of the queue, and waits for the running request up to `switch_timeout`
+    seconds (GRACEFUL_UNLOAD_TIMEOUT) before halting it.
+    """
+    switch = manager.engine_if_resident(entry) is None
+    if switch:
+        manager.check_loadable(entry)
+    ticket = scheduler.enter(front=switch)
+    try:
+        if switch:
+            manager.begin_switch(entry)
+            if not await scheduler.wait(ticket, switch_timeout):
+                scheduler.halt_holder()
+        await scheduler.wait(ticket)
+        engine = await manager.ensure(entry)
+    except BaseException:
+        manager.abort_switch(entry)
+        scheduler.leave(ticket)
+        raise
+    return Slot(ticket, engine)
+
+
+@asynccontextmanager
+async def holding(
+    manager: ModelManager, scheduler: Scheduler, entry: ModelEntry, switch_timeout: float
+) -> AsyncIterator[Slot]:
+    """`claim` for the block: the slot is given back when it ends, however it ends."""
+    slot = await claim(manager, scheduler, entry, switch_timeout)
+    try:
+        yield slot
+    finally:
+        scheduler.leave(slot.ticket)

@@ -5,7 +5,7 @@ chat request with `logprobs: true` or `allowed_token_ids`, is a scoring
 request. `scoring_ask` checks its cross-field rules (max_tokens 1, n 1, no
 stream, no temperature in (0, 0.001), no steering or structured-output
 field) before any model load; a broken rule is `400 invalid_parameter`
-naming the field (REQ-000 open point 9), while `invalid_scoring_request` is
+naming the field (docs/DECISIONS.md, statuses), while `invalid_scoring_request` is
 kept for an id outside the vocabulary and a prompt of no tokens
 (OAI-ERR-16); `ScoringReply` shapes the engine's `Scored`
 results the way OpenAI legacy completions / chat completions and vLLM do.
@@ -20,7 +20,7 @@ keys by `token_id:<id>` instead.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ def scoring_ask(endpoint: str, raw: Any) -> ScoringAsk | None:
     if endpoint == "chat":
         wants = raw.logprobs is True
         alternatives = raw.top_logprobs or 0
-    else:  # an integer, not `false` (no change: REQ-000 open point 12)
+    else:  # an integer, not `false` (docs/DECISIONS.md, scoring mode)
         count = getattr(raw.logprobs, "root", raw.logprobs)
         wants = isinstance(count, int) and not isinstance(count, bool)
         alternatives = count if wants else 0
@@ -90,20 +90,19 @@ def scoring_ask(endpoint: str, raw: Any) -> ScoringAsk | None:
     )
 
 
-def unused_fields(body: Mapping[str, Any]) -> list[str]:
-    """Fields a scoring request sends that scoring does not use."""
-    return [name for name in UNUSED_FIELDS if body.get(name) is not None]
+def unused_fields(sent: Collection[str]) -> list[str]:
+    """Fields a scoring request sends (`sent`: those with a value) that scoring does not use."""
+    return [name for name in UNUSED_FIELDS if name in sent]
 
 
-def check_top_logprobs(endpoint: str, body: Mapping[str, Any]) -> None:
+def check_top_logprobs(top_logprobs: int | None, ask: ScoringAsk | None) -> None:
     """Chat's `top_logprobs` needs `logprobs: true` (OAI-CSCORE-08); after the field policy."""
-    asked = endpoint == "chat" and body.get("top_logprobs") is not None
-    if asked and body.get("logprobs") is not True:
+    if top_logprobs is not None and not (ask is not None and ask.logprobs):
         raise InvalidParameter("top_logprobs", "top_logprobs needs logprobs: true.")
 
 
 def check_mode(
-    body: Mapping[str, Any], *, max_tokens: int | None, n: int, stream: bool, temperature: float
+    sent: Collection[str], *, max_tokens: int | None, n: int, stream: bool, temperature: float
 ) -> None:
     """Scoring mode's rules (OAI-SCORE-09/10/26..30/32, OAI-CSCORE-04..07/24)."""
     if max_tokens != 1:
@@ -123,7 +122,7 @@ def check_mode(
             f"(got {temperature}, which would overflow the logits).",
         )
     for name in UNSTEERED_FIELDS:
-        if body.get(name) is not None:
+        if name in sent:
             raise FieldNotHonoured(name, "on scoring requests (scoring is always unsteered)")
 
 

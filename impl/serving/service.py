@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,16 +30,16 @@ from ..steering.live import LiveSteering
 from ..steering.request import Resolution, resolve
 from ..steering.source import RequestSource
 from . import shapes
+from .admission import Admission
 from .defaults import RequestDefaults
 from .events import EventBus
-from .generation import ChoiceEnd, ChoiceFailed, ChoiceJob, TextDelta, stream_choice
-from .plan import Plan, Tally, job, prepare, unless_halted, without_unused
-from .policy import honours, report_unused, review
+from .generation import ChoiceEnd, ChoiceJob, TextDelta, choice_events
+from .plan import Plan, Tally, job, prepare, without_unused
 from .replies import Piece
 from .requests import GenerationRequest, TextPrompt, TokenPrompt
-from .response_format import check_combination, output_format
+from .response_format import check_combination
 from .results import Comment, Reply, StreamReply
-from .scheduler import Scheduler, Ticket
+from .scheduler import Scheduler, Slot, Ticket, claim, holding
 from .scoring import (
     ScoringAsk,
     ScoringReply,
@@ -49,10 +49,9 @@ from .scoring import (
     unused_fields,
 )
 from .session import Session
-from .slots import slot_with_model
 from .telemetry import Meter
 from .thinking import settle, with_thinking
-from .tools import format_header, tool_ask
+from .tools import format_header
 
 log = logging.getLogger(__name__)
 
@@ -78,80 +77,74 @@ class CompletionService:
         self._scheduler = scheduler
         self._executor = executor
 
-    async def serve(
-        self, req: GenerationRequest, raw: Mapping[str, Any], request_headers: Mapping[str, str]
-    ) -> Reply | StreamReply:
-        """Answer one chat or text completion request."""
-        strict = hdr.strict_mode(request_headers)
+    async def serve(self, req: GenerationRequest, admission: Admission) -> Reply | StreamReply:
+        """Answer one chat or text completion request: refusals first (none needs the model),
+        then the config's defaults, then the scoring, JSON or streamed path."""
         defaults = self._defaults()  # the config read once: a queued request keeps what it saw
-        entry = self._manager.entry(req.model_id)
-        capabilities = self._manager.capabilities(entry)
-        if "generate" not in capabilities:
-            raise InvalidParameter(
-                "model", f"`{entry.model_id}` is an embedding model: use /v1/embeddings."
+        unused, thinking = self._refusals(req, admission, defaults)
+        headers = admission.headers(unused, self._settings.ignored_fields_header_max_bytes)
+        if req.scoring is not None:
+            check_mode(
+                req.sent,
+                max_tokens=req.max_tokens,
+                n=req.n,
+                stream=req.stream,
+                temperature=req.scoring_temperature,
             )
-        ignored = review(req.endpoint, raw, entry.engine, capabilities)
-        check_top_logprobs(req.endpoint, raw)
-        output = output_format(raw)
-        if output is not None:
+            if req.seed is not None:  # accepted and echoed; it changes nothing (OAI-SEED-10)
+                headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
+            self._manager.refuse_if_busy()
+            plan = Plan(req, admission.entry, defaults=defaults)
+            return await self._score(plan, headers, req.scoring)
+        echo = self._steering(req, admission.entry).echo
+        if req.steering.intensity is not None and echo is not None:
+            headers[hdr.STEERING_INTENSITY] = repr(float(echo))
+        self._manager.refuse_if_busy()
+        req = defaults.apply(req, seeds="seed" in admission.capabilities)
+        if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
+            headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
+        if req.output is not None:
+            headers[hdr.CONSTRAINED] = req.output.header()
+        used = without_unused(req, [*admission.ignored, *unused])  # an unused field does nothing
+        used = used if thinking is None else with_thinking(used, thinking)
+        plan = Plan(used, admission.entry, defaults=defaults)
+        return await (self._stream(plan, headers) if req.stream else self._reply(plan, headers))
+
+    def _refusals(
+        self, req: GenerationRequest, admission: Admission, defaults: RequestDefaults
+    ) -> tuple[list[str], bool | None]:
+        """The cross-field refusals, after the field matrix's (so an engine refuses a field
+        itself first); the fields they find unused, and whether a chat renders thinking."""
+        check_top_logprobs(req.top_logprobs, req.scoring)
+        if req.output is not None:
             check_combination(
-                raw,
+                req.output,
                 stops=bool(req.stops),
                 scoring=req.scoring is not None,
-                tools=bool(raw.get("tools")),
+                tools=req.tools is not None,
             )
-        tools = tool_ask(raw)
-        if tools is not None and req.scoring is not None:
+        if req.tools is not None and req.scoring is not None:
             raise FieldNotHonoured("tools", "on scoring requests (nothing is generated)")
-        if req.scoring is None and raw.get("return_tokens_as_token_ids") is True:
-            ignored.append("return_tokens_as_token_ids")  # keys nothing outside scoring mode
-        if req.scoring is None and raw.get("scoring_precision") == "float32":
+        if req.scoring is None and req.precision == "float32":
             raise InvalidParameter(
                 "scoring_precision",
                 'scoring_precision "float32" applies to scoring requests only '
                 "(logprobs or allowed_token_ids, max_tokens: 1).",
             )
         if req.scoring is not None:
-            ignored.extend(unused_fields(raw))
-        thinking = None  # LOC-CHAT-29..32: fields of it that had no effect join `ignored`
-        if req.endpoint == "chat" and honours("chat", "think", entry.engine, capabilities):
-            constrained = output is not None or (tools is not None and tools.forced)
-            kwargs = honours("chat", "chat_template_kwargs", entry.engine, capabilities)
-            thinking, unused = settle(
-                raw, defaults.think, constrained=constrained, kwargs_honoured=kwargs
-            )
-            ignored.extend(unused)
-        headers = {
-            hdr.MODEL: entry.model_id,
-            **report_unused(ignored, strict, self._settings.ignored_fields_header_max_bytes),
-        }
-        if req.scoring is not None:
-            check_mode(
-                raw,
-                max_tokens=req.max_tokens,
-                n=req.n,
-                stream=req.stream,
-                temperature=req.temperature,
-            )
-            if req.seed is not None:  # accepted and echoed; it changes nothing (OAI-SEED-10)
-                headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
-            self._manager.refuse_if_busy()
-            return await self._score(Plan(req, entry, defaults=defaults), headers, req.scoring)
-        echo = self._steering(req, entry).echo
-        if req.steering.intensity is not None and echo is not None:
-            headers[hdr.STEERING_INTENSITY] = repr(float(echo))
-        self._manager.refuse_if_busy()
-        req = defaults.apply(req, raw, seeds="seed" in capabilities)
-        if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
-            headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
-        used = without_unused(req, ignored)  # after it: the server's own template variable
-        used = used if thinking is None else with_thinking(used, thinking)
-        plan = Plan(used, entry, output=output, tool_ask=tools, defaults=defaults)
-        if output is not None:
-            headers[hdr.CONSTRAINED] = output.header()
-        if req.stream:
-            return await self._stream(plan, headers)
-        return await self._reply(plan, headers)
+            unused = unused_fields(req.sent)
+        else:  # `return_tokens_as_token_ids` keys scoring's tokens: nothing else uses it
+            unused = ["return_tokens_as_token_ids"] if req.as_token_ids else []
+        if req.endpoint != "chat" or not admission.honours("think"):
+            return unused, None
+        forced = req.tools is not None and req.tools.forced
+        thinking, overridden = settle(  # LOC-CHAT-29..32
+            req.think,
+            defaults.think,
+            constrained=req.output is not None or forced,
+            kwargs_honoured=admission.honours("chat_template_kwargs"),
+        )
+        return [*unused, *overridden], thinking
 
     # -- steering ----------------------------------------------------------------
 
@@ -172,8 +165,8 @@ class CompletionService:
 
     async def _score(self, plan: Plan, headers: dict[str, str], ask: ScoringAsk) -> Reply:
         """One unsteered forward pass per prompt; nothing generated (OAI-SCORE, OAI-CSCORE)."""
-        ticket, engine = await self._slot_with_model(plan.entry)
-        try:
+        async with self._holding(plan.entry) as slot:
+            engine = slot.engine
             if plan.request.endpoint == "chat" and not engine.facts.has_chat_template:
                 raise ApiError(
                     "no_chat_template",
@@ -186,8 +179,6 @@ class CompletionService:
             await prepare(plan, engine, self._manager)
             loop = asyncio.get_running_loop()
             choices = await loop.run_in_executor(self._executor, self._scored, plan, engine, ask)
-        finally:
-            self._scheduler.leave(ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         usage = shapes.usage(sum(len(ids) for ids in plan.prompt_ids), len(choices))
         body = env.body(choices, usage, shapes.fingerprint(engine.facts))
@@ -200,7 +191,7 @@ class CompletionService:
     def _scored(self, plan: Plan, engine: Engine, ask: ScoringAsk) -> list[dict[str, Any]]:
         """Blocking, in the engine's thread: score every prompt and shape its choice."""
         r = plan.request
-        query = ask.query(r.endpoint, r.temperature)
+        query = ask.query(r.endpoint, r.scoring_temperature)
         reply = ScoringReply(r.endpoint, ask, engine.token_text)
         choices = []
         for i, (prompt, ids) in enumerate(zip(r.prompts, plan.prompt_ids, strict=True)):
@@ -229,18 +220,18 @@ class CompletionService:
 
     # -- non-streamed ------------------------------------------------------------
 
-    async def _slot_with_model(self, entry: ModelEntry) -> tuple[Ticket, Engine]:
-        return await slot_with_model(self._manager, self._scheduler, self._settings, entry)
+    def _holding(self, entry: ModelEntry) -> AbstractAsyncContextManager[Slot]:
+        """The slot with `entry` resident for a block (serving/scheduler.py)."""
+        switch_timeout = self._settings.graceful_unload_timeout
+        return holding(self._manager, self._scheduler, entry, switch_timeout)
 
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
-        ticket, engine = await self._slot_with_model(plan.entry)
-        try:
+        async with self._holding(plan.entry) as slot:
+            engine = slot.engine
             await prepare(plan, engine, self._manager)
             self._start_steering(plan, engine)
             with self._generating():
-                choices, tally = await self._generate_all(plan, engine, ticket)
-        finally:
-            self._scheduler.leave(ticket)
+                choices, tally = await self._generate_all(plan, engine, slot.ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
         steering = plan.steering_header()
@@ -281,22 +272,32 @@ class CompletionService:
 
     async def _collect(self, engine: Engine, job: ChoiceJob) -> tuple[str, ChoiceEnd]:
         parts: list[str] = []
-        async for event in stream_choice(engine, job, self._executor):
+        async for event in choice_events(engine, job, self._executor):
             if isinstance(event, TextDelta):
                 parts.append(event.text)
-            elif isinstance(event, ChoiceFailed):
-                raise event.error
             else:
-                return "".join(parts), unless_halted(event)
+                return "".join(parts), event
         raise RuntimeError("generation ended without an end event")
 
     # -- streamed ----------------------------------------------------------------
 
     async def _stream(self, plan: Plan, headers: dict[str, str]) -> StreamReply:
-        """Every refusal happens here, before the stream (and its 200) starts."""
+        """Every refusal happens here, before the stream (and its 200) starts.
+
+        The slot is taken one of two ways. A model that must be loaded first is
+        loaded, holding the slot, before the 200: a failed load is a status, not an
+        event. A resident model's request takes its place in line here and waits
+        inside the stream, which sends `: waiting for a turn` comments meanwhile.
+        Either way the ticket is given back once (`leave` is idempotent): by the
+        stream when it ends, or, for a stream whose body never starts (the client
+        left first), when its generator is collected; a failed `prepare` gives it
+        back at once.
+        """
         engine = self._manager.engine_if_resident(plan.entry)
         if engine is None:
-            ticket, engine = await self._slot_with_model(plan.entry)
+            switch_timeout = self._settings.graceful_unload_timeout
+            slot = await claim(self._manager, self._scheduler, plan.entry, switch_timeout)
+            ticket, engine = slot.ticket, slot.engine
         else:
             ticket = self._scheduler.enter()
         try:
@@ -346,16 +347,13 @@ class CompletionService:
         work = job(plan, i, engine.new_rng(plan.request.seed), ticket, self._meter(plan, i))
         reply = plan.reply_stream(i)
         document: list[str] = []  # a constrained reply, validated once it ends
-        async for event in stream_choice(engine, work, self._executor):
+        async for event in choice_events(engine, work, self._executor):
             if isinstance(event, TextDelta):
                 if plan.output is not None:
                     document.append(event.text)
                 if piece := reply.push(event.text):
                     yield out.content([_delta(endpoint, i, piece)])
-            elif isinstance(event, ChoiceFailed):
-                raise event.error
             else:
-                unless_halted(event)
                 reason = event.finish_reason
                 if plan.output is not None:  # an invalid document ends the stream in an error
                     reason = plan.output.finish("".join(document), reason)

@@ -34,9 +34,9 @@ _MIB = 1024 * 1024
 
 
 def think_ctl(template: str | None) -> str:
-    """How thinking is switched (open point 15): `template` when the chat template reads
-    `enable_thinking`, `always` when it writes a reasoning span it cannot turn off, else
-    `none` (LOC-INFO-14)."""
+    """How thinking is switched (docs/DECISIONS.md, thinking): `template` when the chat
+    template reads `enable_thinking`, `always` when it writes a reasoning span it cannot
+    turn off, else `none` (LOC-INFO-14)."""
     if template and KEY in template:
         return "template"
     return "none" if format_of(template) is None else "always"
@@ -126,7 +126,7 @@ class Session:
         return entry
 
     def refuse_if_loading(self) -> None:
-        """409 busy while a load runs, this session's or a request's (open point 8, LOC-SEC-68)."""
+        """409 busy while a load runs, this session's or a request's (docs/DECISIONS.md)."""
         if self._loading or self._manager.switching:
             raise ApiError(
                 "busy",
@@ -147,23 +147,15 @@ class Session:
         try:
             if self._manager.engine_if_resident(entry) is None:
                 self._scheduler.cancel_holder()  # the session is replaced: its generation ends
-            ticket = self._scheduler.enter(front=True)
-            try:
-                await self._scheduler.wait(ticket)
+            async with self._scheduler.hold(front=True):
                 await self._manager.ensure(entry)
-            except ApiError as exc:  # the manager recorded why; the state event says so
-                log.warning("session load failed: %s", exc.message)
-            finally:
-                self._scheduler.leave(ticket)
+        except ApiError as exc:  # the manager recorded why; the state event says so
+            log.warning("session load failed: %s", exc.message)
         finally:
             self._loading = False
 
     async def unload(self) -> bool:
         """Cancel the running generation, then release the model (LOC-UNLOAD-01..03)."""
         self._scheduler.cancel_holder()
-        ticket = self._scheduler.enter(front=True)
-        try:
-            await self._scheduler.wait(ticket)
+        async with self._scheduler.hold(front=True):
             return await self._manager.unload()
-        finally:
-            self._scheduler.leave(ticket)

@@ -1,4 +1,4 @@
-"""Thinking on or off for one chat request (LOC-CHAT-29..32, REQ-003 open point 17).
+"""Thinking on or off for one chat request (docs/DECISIONS.md, thinking).
 
 Most specific first: the request's own `think`, then
 `chat_template_kwargs.enable_thinking`, then `reasoning_effort` (`"none"`
@@ -21,13 +21,12 @@ where `chat_template_kwargs` is not honoured (GGUF: OAI-GGUF-10) its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engines.base import ChatPrompt
 from ..errors import InvalidParameter
-from .requests import GenerationRequest
+from .requests import GenerationRequest, ThinkAsk
 
 KEY = "enable_thinking"
 KWARG = f"chat_template_kwargs.{KEY}"
@@ -58,34 +57,29 @@ def resolve(
     return Thinking(think_default)
 
 
-def _asked(body: Mapping[str, Any], kwargs_honoured: bool) -> dict[str, Any]:
+def _asked(ask: ThinkAsk, kwargs_honoured: bool) -> dict[str, Any]:
     """The request's three fields, most specific first, by location; null ones left out,
     and `enable_thinking` too where `chat_template_kwargs` is not honoured."""
-    kwargs = (body.get("chat_template_kwargs") or {}) if kwargs_honoured else {}
-    enable = kwargs.get(KEY)
+    enable = ask.enable_thinking if kwargs_honoured else None
     if enable is not None and not isinstance(enable, bool):
         raise InvalidParameter(KWARG, f"{KWARG} must be a boolean (or absent).")
-    sent = {
-        "think": body.get("think"),
-        KWARG: enable,
-        "reasoning_effort": body.get("reasoning_effort"),
-    }
+    sent = {"think": ask.think, KWARG: enable, "reasoning_effort": ask.reasoning_effort}
     return {where: value for where, value in sent.items() if value is not None}
 
 
 def settle(
-    body: Mapping[str, Any],
+    ask: ThinkAsk,
     think_default: bool,
     *,
     constrained: bool,
     kwargs_honoured: bool = True,
 ) -> tuple[bool, list[str]]:
-    """Whether a chat body renders thinking, and the fields of it that had no effect.
+    """Whether a chat renders thinking, and the fields of `ask` that had no effect.
 
     A field a more specific one overrode had none; under a constraint
     thinking is off, so the field that asked for it had none either.
     """
-    sent = _asked(body, kwargs_honoured)
+    sent = _asked(ask, kwargs_honoured)
     decided = resolve(
         sent.get("think"), sent.get(KWARG), sent.get("reasoning_effort"), think_default
     )

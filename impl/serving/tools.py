@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,10 +66,15 @@ class ToolAsk:
         return out
 
 
-def tool_ask(raw: Mapping[str, Any]) -> ToolAsk | None:
-    """The request's tools; None when it sends none. Refusals before any load."""
-    tools = tuple(raw.get("tools") or ())
-    choice = raw.get("tool_choice")
+def tool_ask(
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: Any = None,
+    parallel_tool_calls: bool | None = None,
+) -> ToolAsk | None:
+    """The request's `tools`, `tool_choice` and `parallel_tool_calls` (as JSON values);
+    None when it sends no tools. Refusals before any load."""
+    choice, parallel = tool_choice, parallel_tool_calls
+    tools = tuple(tools or ())
     if not tools:
         if choice is None or choice == "none":
             return None
@@ -78,8 +83,7 @@ def tool_ask(raw: Mapping[str, Any]) -> ToolAsk | None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InvalidParameter("tools", f"Function names must be unique; repeated: {twice}.")
-    limit = 1 if raw.get("parallel_tool_calls") is False else None
-    parallel = raw.get("parallel_tool_calls") is True
+    limit = 1 if parallel is False else None
     if isinstance(choice, Mapping):
         name = str(choice["function"]["name"])
         if name not in names:
@@ -87,8 +91,8 @@ def tool_ask(raw: Mapping[str, Any]) -> ToolAsk | None:
                 "tool_choice",
                 f"tool_choice forces `{name}`, which is not in `tools` ({', '.join(names)}).",
             )
-        return ToolAsk(tools, "function", name, 1, parallel)  # one call of the named function
-    return ToolAsk(tools, str(choice or "auto"), None, limit, parallel)
+        return ToolAsk(tools, "function", name, 1, parallel is True)  # one named call
+    return ToolAsk(tools, str(choice or "auto"), None, limit, parallel is True)
 
 
 @dataclass(frozen=True, slots=True)

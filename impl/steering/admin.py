@@ -28,13 +28,16 @@ def _features(pairs: Mapping[int, float] | Sequence[tuple[int, float]]) -> list[
     return [{"index": i, "strength": s} for i, s in sorted(items)]
 
 
-def _strengths(raw: Sequence[Mapping[str, Any]], param: str) -> dict[int, float]:
+Features = Sequence[tuple[int, float]]  # (index, strength) pairs, in the order sent
+
+
+def _strengths(features: Features, param: str) -> dict[int, float]:
+    """The pairs as a map; an index listed twice is 400 naming its second place."""
     strengths: dict[int, float] = {}
-    for j, feature in enumerate(raw):
-        index = int(feature["index"])
+    for j, (index, strength) in enumerate(features):
         if index in strengths:
             raise InvalidParameter(f"{param}[{j}].index", f"Feature index {index} is listed twice.")
-        strengths[index] = float(feature["strength"])
+        strengths[index] = strength
     return strengths
 
 
@@ -153,7 +156,7 @@ class SteeringAdmin:
         return self.state()
 
     def set_values(
-        self, sae_id: str, layer: int, model: str | None, features: Sequence[Mapping[str, Any]]
+        self, sae_id: str, layer: int, model: str | None, features: Features
     ) -> dict[str, Any]:
         model_id = self._model(model)
         self._live.set_manual(model_id, sae_id, layer, _strengths(features, "features"))
@@ -209,7 +212,17 @@ class SteeringAdmin:
     def profile(self, name: str) -> dict[str, Any]:
         return self._profile(self._get(name))
 
-    def put_profile(self, name: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    def put_profile(
+        self,
+        name: str,
+        *,
+        sae_id: str,
+        layer: int,
+        features: Features,
+        description: str | None = None,
+        intensity: float | None = None,
+        intensity_range: Sequence[float] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
         """Create or replace `name`; True when it was created."""
         store = self._live.profiles
         try:
@@ -217,16 +230,16 @@ class SteeringAdmin:
             created = False
         except ProfileNotFound:
             created = True
-        features = _strengths(body["features"], "features")
+        strengths = _strengths(features, "features")
         try:
             profile = store.save(
                 name,
-                body["sae_id"],
-                body["layer"],
-                list(features.items()),
-                body.get("description") or "",
-                intensity=1.0 if body.get("intensity") is None else body["intensity"],
-                intensity_range=body.get("intensity_range"),
+                sae_id,
+                layer,
+                list(strengths.items()),
+                description or "",
+                intensity=1.0 if intensity is None else intensity,
+                intensity_range=intensity_range,
             )
         except ProfileError as exc:
             raise InvalidParameter(exc.param, f"The profile is invalid: {exc}.") from exc

@@ -3,7 +3,7 @@
 A profile (an imported cluster, stored by the management API) may declare
 an `intensity_range`; its bounds are intersected with the dial envelope
 [0, 2]. Without one, the bounds are the server's CLUSTER_INTENSITY_MIN and
-CLUSTER_INTENSITY_MAX (REQ-000 open points 14, 15). Then:
+CLUSTER_INTENSITY_MAX (docs/DECISIONS.md, the dial's floor and envelope). Then:
 
     "off", 0      0 (steering off for the request; the base is not validated)
     "min"         the lower bound

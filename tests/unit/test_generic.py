@@ -56,9 +56,7 @@ def history() -> list[dict[str, Any]]:
 def test_tools_go_into_a_new_system_turn() -> None:
     """OAI-TOOLS-02 (generic): the tools, one JSON line each, and how to answer, as the first
     (system) turn when the chat has none."""
-    plan = tool_plan(
-        tool_ask({"tools": [WEATHER, TIME], "parallel_tool_calls": True}), PLAIN_TEMPLATE
-    )
+    plan = tool_plan(tool_ask([WEATHER, TIME], parallel_tool_calls=True), PLAIN_TEMPLATE)
     assert plan is not None and plan.format.name == "generic" and plan.opening == ""
     prompt = plan.prompt(ChatPrompt(({"role": "user", "content": "hi"},)))
     system, user = prompt.messages
@@ -74,7 +72,7 @@ def test_tools_go_into_a_new_system_turn() -> None:
 @pytest.mark.parametrize("role", ["system", "developer"])
 def test_tools_are_merged_after_the_system_message(role: str) -> None:
     """OAI-TOOLS-02 (generic): an existing system (or developer) message keeps its text first."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER]}), None)
+    plan = tool_plan(tool_ask([WEATHER]), None)
     assert plan is not None
     chat = ChatPrompt(({"role": role, "content": "Be brief."}, {"role": "user", "content": "hi"}))
     first, user = plan.prompt(chat).messages
@@ -102,7 +100,7 @@ def test_tools_are_merged_after_the_system_message(role: str) -> None:
 )
 def test_the_answer_line_follows_tool_choice(body: dict[str, Any], words: str, absent: str) -> None:
     """OAI-TOOLS-14, -15, -17 (generic): the instructions name what the grammar allows."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER], **body}), None)
+    plan = tool_plan(tool_ask([WEATHER], **body), None)
     assert plan is not None
     answer = plan.prompt(ChatPrompt(({"role": "user", "content": "hi"},))).messages[0]["content"]
     assert words in answer and absent not in answer.splitlines()[-1]
@@ -115,7 +113,7 @@ def test_history_becomes_documents_when_the_tools_are_shown() -> None:
     """OAI-TOOLS-18, -19 (generic): calls (arguments a JSON string or an object) are a calls
     document; consecutive results one user turn, named by their call's id; an earlier answer
     is a content document; the last message is left as it is."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER]}), None)
+    plan = tool_plan(tool_ask([WEATHER]), None)
     assert plan is not None
     messages = plan.prompt(ChatPrompt(tuple(history()))).messages[1:]
     calls = [
@@ -171,7 +169,7 @@ def test_a_call_with_text_and_a_function_message() -> None:
 
 
 def validator(body: dict[str, Any]) -> Draft202012Validator:
-    plan = tool_plan(tool_ask({"tools": [WEATHER, TIME], **body}), None)
+    plan = tool_plan(tool_ask([WEATHER, TIME], **body), None)
     assert plan is not None and plan.constraint is not None
     assert plan.constraint.kind == "json_schema"
     return Draft202012Validator(json.loads(plan.constraint.text))
@@ -249,7 +247,7 @@ def test_schema_keeps_each_functions_defs() -> None:
         {"type": "function", "function": {"name": n, "parameters": p}}
         for n, p in [("a", a), ("b", b)]
     ]
-    plan = tool_plan(tool_ask({"tools": tools, "tool_choice": "required"}), None)
+    plan = tool_plan(tool_ask(tools, "required"), None)
     assert plan is not None and plan.constraint is not None
     check = Draft202012Validator(json.loads(plan.constraint.text))
     assert check.is_valid({"tool_calls": [{"name": "a", "arguments": {"x": "s"}}]})
@@ -261,7 +259,7 @@ def test_schema_keeps_each_functions_defs() -> None:
 def test_loosened_schema_takes_any_object_then_none() -> None:
     """OAI-TOOLS-15 (generic): when the engine refuses the schema, arguments are any object;
     refused again, nothing is constrained."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER]}), None)
+    plan = tool_plan(tool_ask([WEATHER]), None)
     assert plan is not None
     loose = plan.loosened()
     assert loose.constraint is not None and loose.constraint != plan.constraint
@@ -281,7 +279,7 @@ def test_the_grammar_compiles_and_holds_the_model_to_a_document() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
     ll = llguidance.hf.from_tokenizer(tokenizer, eos_token=[tokenizer.eos_token_id])
-    plan = tool_plan(tool_ask({"tools": [WEATHER, TIME], "tool_choice": "required"}), None)
+    plan = tool_plan(tool_ask([WEATHER, TIME], "required"), None)
     assert plan is not None and plan.constraint is not None
     options = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
     grammar = llguidance.LLMatcher.grammar_from_json_schema(

@@ -173,7 +173,7 @@ def test_streamed_equals_whole_for_any_text(
 
 def hermes_plan() -> ToolPlan:
     """`tools: auto` against the Qwen3-style template: Hermes calls."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER]}), template("qwen3"))
+    plan = tool_plan(tool_ask([WEATHER]), template("qwen3"))
     assert plan is not None
     return plan
 

@@ -8,8 +8,15 @@ import pytest
 
 from miserver.engines.base import ChatPrompt
 from miserver.errors import ApiError
-from miserver.serving.requests import GenerationRequest, TextPrompt
+from miserver.generated import v1
+from miserver.serving.requests import GenerationRequest, TextPrompt, ThinkAsk, chat_request
 from miserver.serving.thinking import KWARG, Thinking, resolve, settle, with_thinking
+
+
+def asked(body: dict[str, Any]) -> ThinkAsk:
+    """The thinking fields of a chat body, as the request builder reads them."""
+    messages = [{"role": "user", "content": "Hi"}]
+    return chat_request(v1.ChatCompletionRequest(model="m", messages=messages, **body)).think
 
 
 @pytest.mark.parametrize(
@@ -69,7 +76,7 @@ def test_fields_a_more_specific_one_overrode_are_unused(
     body: dict[str, Any], default: bool, expected: tuple[bool, list[str]]
 ) -> None:
     """A field that had no effect is reported (X-miLLM-Ignored-Fields)."""
-    assert settle(body, default, constrained=False) == expected
+    assert settle(asked(body), default, constrained=False) == expected
 
 
 @pytest.mark.parametrize(
@@ -88,14 +95,16 @@ def test_a_constrained_reply_has_thinking_off(
 ) -> None:
     """LOC-CHAT-40: reasoning is never constrained, so a reply held to a grammar from its
     first token is rendered thinking off; the field that asked for thinking is reported."""
-    assert settle(body, default, constrained=True) == expected
+    assert settle(asked(body), default, constrained=True) == expected
 
 
 @pytest.mark.parametrize("value", ["yes", 1, [], {}])
 def test_enable_thinking_must_be_a_boolean(value: Any) -> None:
     """LOC-CHAT-30: the switch is a boolean; anything else is 400 naming it."""
     with pytest.raises(ApiError) as info:
-        settle({"chat_template_kwargs": {"enable_thinking": value}}, False, constrained=False)
+        settle(
+            asked({"chat_template_kwargs": {"enable_thinking": value}}), False, constrained=False
+        )
     assert (info.value.code, info.value.param) == ("invalid_parameter", KWARG)
 
 
@@ -131,12 +140,15 @@ def test_where_template_kwargs_are_dropped_enable_thinking_takes_no_part() -> No
     reports it), so its enable_thinking neither decides nor is reported twice; `think`,
     `reasoning_effort` and the default still decide."""
     body = {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": "none"}
-    assert settle(body, True, constrained=False, kwargs_honoured=False) == (False, [])
-    assert settle(body, True, constrained=False) == (True, ["reasoning_effort"])
+    assert settle(asked(body), True, constrained=False, kwargs_honoured=False) == (False, [])
+    assert settle(asked(body), True, constrained=False) == (True, ["reasoning_effort"])
     only_kwargs = {"chat_template_kwargs": {"enable_thinking": True}}
-    assert settle(only_kwargs, False, constrained=False, kwargs_honoured=False) == (False, [])
+    assert settle(asked(only_kwargs), False, constrained=False, kwargs_honoured=False) == (
+        False,
+        [],
+    )
     assert settle(
-        {"think": True, **only_kwargs}, False, constrained=False, kwargs_honoured=False
+        asked({"think": True, **only_kwargs}), False, constrained=False, kwargs_honoured=False
     ) == (
         True,
         [],

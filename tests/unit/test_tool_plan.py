@@ -38,8 +38,8 @@ def template(name: str) -> str:
 
 def test_no_tools_is_no_ask() -> None:
     """OAI-TOOLS-12: without tools nothing changes; `none` alone is the no-change value."""
-    assert tool_ask({}) is None
-    assert tool_ask({"tools": [], "tool_choice": "none"}) is None
+    assert tool_ask(None) is None
+    assert tool_ask([], "none") is None
 
 
 @pytest.mark.parametrize(
@@ -55,17 +55,17 @@ def test_no_tools_is_no_ask() -> None:
 def test_refusals_before_any_load(body: dict[str, Any], param: str) -> None:
     """OAI-TOOLS-16: a forced function must be in `tools`; 400 invalid_parameter naming it."""
     with pytest.raises(ApiError) as info:
-        tool_ask(body)
+        tool_ask(**body)
     assert (info.value.code, info.value.param) == ("invalid_parameter", param)
 
 
 def test_ask_defaults_and_limit() -> None:
     """OAI-TOOLS-12, OAI-TOOLS-17: `auto` by default; parallel_tool_calls false is one call."""
-    ask = tool_ask({"tools": [WEATHER, TIME]})
+    ask = tool_ask([WEATHER, TIME])
     assert ask is not None and (ask.choice, ask.name, ask.limit) == ("auto", None, None)
-    one = tool_ask({"tools": [WEATHER], "parallel_tool_calls": False})
+    one = tool_ask([WEATHER], parallel_tool_calls=False)
     assert one is not None and one.limit == 1
-    named = tool_ask({"tools": [WEATHER], "tool_choice": {"function": {"name": "get_weather"}}})
+    named = tool_ask([WEATHER], {"function": {"name": "get_weather"}})
     assert named is not None and (named.choice, named.name, named.limit) == (
         "function",
         "get_weather",
@@ -86,7 +86,7 @@ def test_arguments_hold_only_declared_keys() -> None:
         },
     }
     tool = {"type": "function", "function": {"name": "f", "parameters": nested}}
-    params = tool_ask({"tools": [tool]}).parameters["f"]  # type: ignore[union-attr]
+    params = tool_ask([tool]).parameters["f"]  # type: ignore[union-attr]
     assert params["additionalProperties"] is False
     assert params["properties"]["where"]["additionalProperties"] is False
     assert params["properties"]["tags"]["items"]["additionalProperties"] is False
@@ -107,7 +107,7 @@ def test_keywords_outside_the_subset_are_dropped_not_the_schema() -> None:
         "required": ["input"],
     }
     tool = {"type": "function", "function": {"name": "magic", "parameters": parameters}}
-    params = tool_ask({"tools": [tool]}).parameters["magic"]  # type: ignore[union-attr]
+    params = tool_ask([tool]).parameters["magic"]  # type: ignore[union-attr]
     assert params["properties"]["input"] == {"type": "integer"}
     assert params["properties"]["labels"] == {"type": "object", "additionalProperties": True}
     assert (params["required"], params["additionalProperties"]) == (["input"], False)
@@ -117,7 +117,7 @@ def test_a_named_choice_is_one_call_in_the_generic_schema() -> None:
     """OAI-TOOLS-15 (issue 15 item 6): a named tool_choice asks for that function's call once,
     so the generic document holds at most one call, even with parallel calls allowed."""
     body = {"tools": [WEATHER, TIME], "tool_choice": {"function": {"name": "get_weather"}}}
-    plan = tool_plan(tool_ask(body), None)
+    plan = tool_plan(tool_ask(**body), None)
     assert plan is not None and plan.constraint is not None
     calls = json.loads(plan.constraint.text)["properties"]["tool_calls"]
     assert (calls["minItems"], calls["maxItems"]) == (1, 1)
@@ -126,7 +126,7 @@ def test_a_named_choice_is_one_call_in_the_generic_schema() -> None:
 def test_parameters_outside_the_subset_are_enforced_as_any_object() -> None:
     """OAI-TOOLS-15: a forced call's grammar uses the function's schema when the server can
     enforce it, else any JSON object (a tool definition is never refused for its schema)."""
-    ask = tool_ask({"tools": [WEATHER, TIME, ODD]})
+    ask = tool_ask([WEATHER, TIME, ODD])
     assert ask is not None
     assert ask.parameters == {
         "get_weather": {**WEATHER["function"]["parameters"], "additionalProperties": False},  # type: ignore[dict-item]
@@ -138,7 +138,7 @@ def test_parameters_outside_the_subset_are_enforced_as_any_object() -> None:
 def test_templates_that_take_no_tools_get_the_generic_format() -> None:
     """OAI-TOOLS-23 (superseded by the generic format): a template that takes no tools, or
     none at all, is served in the generic format: no opening, the reply one JSON document."""
-    ask = tool_ask({"tools": [WEATHER]})
+    ask = tool_ask([WEATHER])
     plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
     for text in (None, plain):
         plan = tool_plan(ask, text)
@@ -150,7 +150,7 @@ def test_templates_with_unknown_formats_are_refused() -> None:
     """OAI-TOOLS-24: a template that takes tools in a format none reads: field_not_honoured."""
     gemma = "{% if tools %}<start_function_declaration>{{ tools }}{% endif %}"
     with pytest.raises(ApiError) as info:
-        tool_plan(tool_ask({"tools": [WEATHER]}), gemma)
+        tool_plan(tool_ask([WEATHER]), gemma)
     assert (info.value.code, info.value.param) == ("field_not_honoured", "tools")
 
 
@@ -159,20 +159,20 @@ def test_the_format_is_stated_in_a_header(family: str) -> None:
     """OAI-TOOLS-11, -30: X-miLLM-Tool-Format names the format the tools were shown in; none
     without a plan."""
     text = None if family == "generic" else template(family)
-    plan = tool_plan(tool_ask({"tools": [WEATHER]}), text)
+    plan = tool_plan(tool_ask([WEATHER]), text)
     assert format_header(plan) == {"X-miLLM-Tool-Format": family}
     assert format_header(None) == {}
 
 
 def test_none_is_a_plain_chat() -> None:
     """OAI-TOOLS-13: `none` does not show the tools (even to a template that takes none)."""
-    assert tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": "none"}), None) is None
+    assert tool_plan(tool_ask([WEATHER], "none"), None) is None
 
 
 @pytest.mark.parametrize("family", ["hermes", "lfm2", "llama3"])
 def test_auto_shows_the_tools_and_opens_nothing(family: str) -> None:
     """OAI-TOOLS-02, OAI-TOOLS-11, OAI-TOOLS-12: the template's format, no opening."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER]}), template(family))
+    plan = tool_plan(tool_ask([WEATHER]), template(family))
     assert plan is not None and plan.format.name == family
     assert (plan.opening, plan.constraint) == ("", None)
     prompt = plan.prompt(ChatPrompt(({"role": "user", "content": "hi"},)))
@@ -191,16 +191,14 @@ def test_forced_calls_are_constrained_where_arguments_are_json(
 ) -> None:
     """OAI-TOOLS-14, OAI-TOOLS-15: the opening ends the prompt; what follows it is one
     offered function's name (required) and arguments valid under its schema."""
-    required = tool_plan(
-        tool_ask({"tools": [WEATHER], "tool_choice": "required"}), template(family)
-    )
+    required = tool_plan(tool_ask([WEATHER], "required"), template(family))
     assert required is not None and required.constraint is not None
     assert required.constraint.kind == "call"
     payload = json.loads(required.constraint.text)
     closed = {**WEATHER["function"]["parameters"], "additionalProperties": False}  # type: ignore[dict-item]
     assert payload == {"options": [[head, closed]], "tail": tail}
     forced = {"function": {"name": "get_weather"}}
-    named = tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": forced}), template(family))
+    named = tool_plan(tool_ask([WEATHER], forced), template(family))
     assert named is not None and named.constraint is not None
     assert json.loads(named.constraint.text)["options"] == [["", closed]]
     assert named.opening.endswith(": ") and "get_weather" in named.opening
@@ -208,7 +206,7 @@ def test_forced_calls_are_constrained_where_arguments_are_json(
 
 def test_lfm2_forced_calls_are_opened_not_constrained() -> None:
     """OAI-TOOLS-14: LFM2 writes Python-style arguments, so only the opening forces the call."""
-    plan = tool_plan(tool_ask({"tools": [WEATHER], "tool_choice": "required"}), template("lfm2"))
+    plan = tool_plan(tool_ask([WEATHER], "required"), template("lfm2"))
     assert plan is not None and plan.opening == "<|tool_call_start|>[" and plan.constraint is None
 
 

@@ -1,0 +1,68 @@
+"""The first step of every /v1 model route: which model, what it can do, and which fields
+of the body it will not use.
+
+`admit` is the raw body's one reader outside the request builder: the field
+matrix (serving/policy.py, spec/policy/fields.yaml) must see undeclared keys
+and no-change values, which a typed request no longer shows. It runs before
+any load, in the contract's order: the `X-miLLM-Strict` header, the model
+entry, the capability the route needs, then the matrix, which refuses what
+the engine cannot honour and lists what it will ignore. The route adds what
+only it knows to be unused, and `headers` reports them all (or refuses them,
+in strict mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import headers as hdr
+from ..errors import InvalidParameter
+from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
+from .policy import honours, report_unused, review
+
+NEEDS = {  # endpoint -> the capability its model must have, and the refusal's words
+    "chat": ("generate", "is an embedding model: use /v1/embeddings"),
+    "completions": ("generate", "is an embedding model: use /v1/embeddings"),
+    "embeddings": ("embeddings", "cannot embed"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request let in: its model, that model's capabilities, and what the matrix ignores."""
+
+    endpoint: str
+    entry: ModelEntry
+    capabilities: frozenset[str]
+    ignored: tuple[str, ...]
+    strict: bool
+
+    def honours(self, name: str) -> bool:
+        """Whether this endpoint uses the field `name` on this model."""
+        return honours(self.endpoint, name, self.entry.engine, self.capabilities)
+
+    def headers(self, unused: Sequence[str], max_bytes: int) -> dict[str, str]:
+        """`X-miLLM-Model` and the report of every unused field, the matrix's and `unused`;
+        in strict mode an unused field is refused instead (OAI-VALID-10)."""
+        report = report_unused([*self.ignored, *unused], self.strict, max_bytes)
+        return {hdr.MODEL: self.entry.model_id, **report}
+
+
+def admit(
+    manager: ModelManager,
+    endpoint: str,
+    model_id: str,
+    body: Mapping[str, object],
+    request_headers: Mapping[str, str],
+) -> Admission:
+    """Let a request in, or refuse it before any load."""
+    strict = hdr.strict_mode(request_headers)
+    entry = manager.entry(model_id)
+    capabilities = manager.capabilities(entry)
+    need, refusal = NEEDS[endpoint]
+    if need not in capabilities:
+        raise InvalidParameter("model", f"`{entry.model_id}` {refusal}.")
+    ignored = review(endpoint, body, entry.engine, capabilities)
+    return Admission(endpoint, entry, capabilities, tuple(ignored), strict)
