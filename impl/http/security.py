@@ -1,6 +1,6 @@
 """The security middleware (REQ-003 SEC): every HTTP request passes here first.
 
-The checks run in this order (REQ-003 open point 10); the first broken rule
+The checks run in this order (docs/DECISIONS.md, security checks); the first broken rule
 ends the request with an OpenAI-format error before any handler runs:
 
     paths      rule                                                refusal
@@ -16,6 +16,7 @@ ends the request with an OpenAI-format error before any handler runs:
     /api /v1   every method but GET and HEAD declares              415 unsupported_media_type
                application/json (any case, charset=utf-8 allowed)
     all        the body read (chunked too) stays within BODY_CAP   413 payload_too_large
+    /api /v1   the path and query, percent-decoded, are UTF-8      400 invalid_request
     /api /v1   a body (every method but GET and HEAD) is UTF-8     400 invalid_json (/v1),
                JSON, at most JSON_MAX_DEPTH deep, with no name         invalid_request (/api)
                twice in an object (http/body.py)
@@ -39,6 +40,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
@@ -69,7 +71,7 @@ UNREADABLE_CODES = {
     ("/v1", False): "invalid_json",
     ("/api", False): "invalid_request",  # LOC-GEN-14
     ("/v1", True): "invalid_parameter",
-    ("/api", True): "invalid_parameter",  # REQ-000 open point 9
+    ("/api", True): "invalid_parameter",  # docs/DECISIONS.md, statuses
 }
 BODYLESS_METHODS = frozenset({"GET", "HEAD"})  # the only ones exempt from the JSON rule
 JSON_CHARSETS = frozenset({"utf-8", "utf8"})
@@ -196,6 +198,25 @@ def replaying(
     return {**scope, **extra, "headers": headers}, replay
 
 
+def _target(request: _Request, scope: Scope) -> ApiError | None:
+    """A path or query whose percent-escapes do not decode to UTF-8 is refused rather than
+    read with U+FFFD, where `/api/profiles/%FF` and `/api/profiles/%80` would name one
+    profile."""
+    if not request.api:
+        return None
+    raw_path = scope.get("raw_path") or request.path.encode("utf-8")
+    for part, raw in (("path", raw_path), ("query", scope.get("query_string", b""))):
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return ApiError(
+                "invalid_request",
+                f"The request's {part} is not UTF-8 once its percent-escapes are decoded.",
+                part,
+            )
+    return None
+
+
 def _too_large() -> ApiError:
     return ApiError(
         "payload_too_large",
@@ -241,8 +262,9 @@ class SecurityMiddleware:
         parsed: dict[str, Any] = {}
         if refusal is None:
             try:
-                body = await read_capped(receive)
-                parsed = self._parsed(request, body)
+                body = await read_capped(receive)  # read before any 400: no reset mid-send
+                refusal = _target(request, scope)
+                parsed = {} if refusal else self._parsed(request, body)
             except _TooLarge:
                 refusal = _too_large()
             except BodyRefused as exc:
@@ -317,7 +339,7 @@ class SecurityMiddleware:
         return _too_large() if length.isdigit() and int(length) > BODY_CAP else None
 
     def _preflight(self, request: _Request) -> ApiError | None:
-        """REQ-003 open point 9: OPTIONS (a CORS preflight) is 405, never answered with CORS."""
+        """OPTIONS (a CORS preflight) is 405, never answered with CORS (docs/DECISIONS.md)."""
         if not request.api or request.method != "OPTIONS":
             return None
         return ApiError(

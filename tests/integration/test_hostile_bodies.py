@@ -139,3 +139,24 @@ def test_the_depth_limit_follows_the_setting(settings: Settings) -> None:
             response = client.post("/v1/chat/completions", content=raw, headers=JSON)
             assert response.status_code == 400, response.text
             assert response.json()["error"]["param"] == param, response.text
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "param"),
+    [
+        ("PUT", "/api/profiles/%FF", "path"),
+        ("DELETE", "/api/profiles/%ED%A0%80", "path"),
+        ("GET", "/v1/models/a%C3", "path"),
+        ("GET", "/api/models?dir=%80", "query"),
+    ],
+    ids=["lone-byte", "encoded-surrogate", "cut-sequence", "query"],
+)
+def test_a_target_that_is_not_utf8_is_a_400_and_names_no_resource(
+    bare_client: TestClient, method: str, target: str, param: str
+) -> None:
+    """Issue 24: percent-escapes that do not decode to UTF-8 were read as U+FFFD, so
+    `/api/profiles/%FF` and `/api/profiles/%80` named one profile; now 400 invalid_request."""
+    body = b'{"sae_id": "s", "layer": 1, "features": []}' if method == "PUT" else None
+    response = bare_client.request(method, target, content=body, headers=JSON)
+    error_of(response, 400, "invalid_request", param)
+    assert bare_client.get("/api/profiles").json()["data"] == []

@@ -1,0 +1,239 @@
+"""The targets: every route of spec/openapi/v1.yaml and api.yaml, each with a base body.
+
+A base body is valid, cheap (one token at most) and leaves nothing behind that
+changes a later reply: its model, SAE and profile names do not exist (the
+profile `hostile` is created and deleted; it is never made active), and the
+config change names an unknown key. The corpus's cases are edits of these
+bodies; `routes.json` carries them, so the tests and the bench read them as data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import spec
+
+MODEL = "SmolLM2-135M-Instruct:Q4_1"  # the embedded default: `miserver serve` with no --model
+SAE = "/api/steering/attachments/hostile-sae/0"
+
+_CHAT: dict[str, Any] = {
+    "model": MODEL,
+    "messages": [
+        {"role": "system", "content": "Answer in one word."},
+        {"role": "user", "content": [{"type": "text", "text": "Say hi."}], "name": "hostile"},
+    ],
+    "max_tokens": 1,
+    "temperature": 0,
+    "top_p": 1.0,
+    "seed": 7,
+    "frequency_penalty": 0.1,
+    "presence_penalty": 0.1,
+    "stop": ["\n\n", "END"],
+    "user": "hostile-user",
+    "think": False,
+}
+_CHAT_STREAM: dict[str, Any] = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Say hi."}],
+    "max_tokens": 1,
+    "temperature": 0,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "stop": ["END"],
+}
+_TOOL_CALL = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+_CHAT_TOOLS: dict[str, Any] = {
+    "model": MODEL,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": _TOOL_CALL}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather of a city.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ],
+    "tool_choice": "auto",
+    "parallel_tool_calls": False,
+    "max_tokens": 1,
+    "temperature": 0,
+}
+_CHAT_FORMAT: dict[str, Any] = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Is water wet?"}],
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "verdict",
+            "description": "A verdict.",
+            "schema": {
+                "type": "object",
+                "properties": {"ok": {"type": "boolean"}},
+                "required": ["ok"],
+            },
+            "strict": True,
+        },
+    },
+    "max_tokens": 1,
+    "temperature": 0,
+}
+_COMPLETION: dict[str, Any] = {
+    "model": MODEL,
+    "prompt": "Once upon a time",
+    "max_tokens": 1,
+    "temperature": 0,
+    "top_p": 1.0,
+    "seed": 7,
+    "stop": ["\n"],
+    "echo": False,
+    "user": "hostile-user",
+}
+_PROFILE: dict[str, Any] = {
+    "sae_id": "hostile-sae",
+    "layer": 0,
+    "features": [{"index": 0, "strength": 1.5}],
+    "description": "A hostile profile.",
+    "intensity": 1.0,
+    "intensity_range": [0.5, 1.5],
+}
+
+# name: (method, path, base body or None)
+TARGETS: dict[str, tuple[str, str, Any]] = {
+    "chat": ("POST", "/v1/chat/completions", _CHAT),
+    "chat-stream": ("POST", "/v1/chat/completions", _CHAT_STREAM),
+    "chat-tools": ("POST", "/v1/chat/completions", _CHAT_TOOLS),
+    "chat-format": ("POST", "/v1/chat/completions", _CHAT_FORMAT),
+    "completions": ("POST", "/v1/completions", _COMPLETION),
+    "completions-ids": (
+        "POST",
+        "/v1/completions",
+        {"model": MODEL, "prompt": [[1, 2, 3], [4, 5]], "max_tokens": 1, "temperature": 0},
+    ),
+    "completions-stream": (
+        "POST",
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": ["Once upon a time"],
+            "max_tokens": 1,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ),
+    "embeddings": (
+        "POST",
+        "/v1/embeddings",
+        {
+            "model": MODEL,
+            "input": ["hello", "world"],
+            "encoding_format": "float",
+            "pooling": "mean",
+            "normalize": True,
+            "user": "hostile-user",
+        },
+    ),
+    "embeddings-ids": ("POST", "/v1/embeddings", {"model": MODEL, "input": [[1, 2, 3], [4, 5]]}),
+    "load": ("POST", "/api/session/load", {"model": "hostile-no-such-model"}),
+    "unload": ("POST", "/api/session/unload", None),
+    "cancel": ("POST", "/api/cancel", None),
+    "decide": (
+        "POST",
+        "/api/decide",
+        {"prefix": "Is the sky blue?", "suffix": " Answer:", "choices": ["yes", "no"]},
+    ),
+    "attach": ("POST", "/api/steering/attachments", {"sae_id": "hostile-sae", "layer": 0}),
+    "detach": ("DELETE", SAE, None),
+    "features-put": (
+        "PUT",
+        f"{SAE}/features",
+        {"features": [{"index": 0, "strength": 1.5}, {"index": 1, "strength": -0.5}]},
+    ),
+    "features-delete": ("DELETE", f"{SAE}/features", None),
+    "active-profile-put": ("PUT", "/api/steering/active-profile", {"name": "hostile-none"}),
+    "profile-put": ("PUT", "/api/profiles/hostile", _PROFILE),
+    "profile-delete": ("DELETE", "/api/profiles/hostile", None),
+    "config-put": (
+        "PUT",
+        "/api/config",
+        {"values": {"hostile-key": "x"}, "reset": ["hostile-key"], "auto_plan": False},
+    ),
+    "v1-openapi": ("GET", "/v1/openapi.json", None),
+    "models": ("GET", "/v1/models", None),
+    "model": ("GET", f"/v1/models/{MODEL}", None),
+    "api-openapi": ("GET", "/api/openapi.json", None),
+    "info": ("GET", "/api/info", None),
+    "events": ("GET", "/api/events", None),
+    "local-models": ("GET", "/api/models", None),
+    "schema": ("GET", "/api/schemas/millm-scoring-api-v1.json", None),
+    "saes": ("GET", "/api/saes", None),
+    "steering": ("GET", "/api/steering", None),
+    "active-profile": ("GET", "/api/steering/active-profile", None),
+    "profiles": ("GET", "/api/profiles", None),
+    "profile": ("GET", "/api/profiles/hostile", None),
+    "params": ("GET", "/api/params", None),
+    "config": ("GET", "/api/config", None),
+}
+
+
+def document(path: str) -> str:
+    return "api" if path.startswith("/api") else "v1"
+
+
+def json_targets() -> list[str]:
+    """Targets whose route takes a JSON body (spec), in table order."""
+    return [
+        name
+        for name, (method, path, _) in TARGETS.items()
+        if spec.body_schema(document(path), method, path) is not None
+    ]
+
+
+def route_sets() -> dict[str, list[str]]:
+    """The named sets a case may give as its `routes`."""
+    writes = [name for name, (method, _, _) in TARGETS.items() if method != "GET"]
+    seen: set[tuple[str, str]] = set()
+    every_body = []
+    for name in writes:
+        method, path, _ = TARGETS[name]
+        if (method, path) not in seen:
+            seen.add((method, path))
+            every_body.append(name)
+    return {
+        "every-body": every_body,
+        "json": json_targets(),
+        "bodyless": [n for n in writes if n not in json_targets()],
+        "get": [name for name, (method, _, _) in TARGETS.items() if method == "GET"],
+    }
+
+
+def uncovered() -> list[str]:
+    """Operations of either document that no target reaches (the generator refuses any)."""
+    reached = {(m, spec.template(document(p), m, p)) for m, p, _ in TARGETS.values()}
+    every = spec.operations("v1") + spec.operations("api")
+    return [f"{m} {p}" for m, p in every if (m, p) not in reached]
+
+
+def routes_file() -> dict[str, Any]:
+    """routes.json: the model, the targets and the route sets."""
+    return {
+        "model": MODEL,
+        "targets": {
+            name: {"method": m, "path": p, "body": body} for name, (m, p, body) in TARGETS.items()
+        },
+        "sets": route_sets(),
+    }
