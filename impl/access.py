@@ -64,7 +64,7 @@ def _checked_key(key: bytes, source: str) -> bytes:
 
 
 def read_key_file(path: Path) -> bytes:
-    """The key in `path`, trailing line breaks and blanks ignored (LOC-SEC-12..14)."""
+    """The key in `path`, trailing line breaks and blanks ignored (LOC-SEC-12)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:

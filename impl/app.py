@@ -34,7 +34,7 @@ from .models.locator import ModelLocator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .serving.config import ConfigService
-from .serving.decide import Decider
+from .serving.decisions import DecisionService
 from .serving.embeddings import EmbeddingService
 from .serving.events import EventBus, LogEvents
 from .serving.scheduler import Scheduler
@@ -59,7 +59,7 @@ _PROBLEM_CODES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerState:
     settings: Settings
     manager: ModelManager
@@ -67,7 +67,7 @@ class ServerState:
     completions: CompletionService
     steering: LiveSteering
     admin: SteeringAdmin
-    decider: Decider
+    decisions: DecisionService
     embeddings: EmbeddingService
     session: Session
     bus: EventBus
@@ -144,7 +144,7 @@ def build_connexion() -> AsyncApp:
         # the documents are served as written by handlers.contract, not as Connexion resolves them
         swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
     )
-    bodies = {"v1.yaml": OpenAIBodyValidator, "api.yaml": LocalBodyValidator}  # LOC-GEN-14..16
+    bodies = {"v1.yaml": OpenAIBodyValidator, "api.yaml": LocalBodyValidator}  # LOC-GEN-14
     for document, body in bodies.items():
         app.add_api(
             document,
@@ -195,35 +195,37 @@ class Server:
         self._log_events = LogEvents(self.bus)
         logging.getLogger("miserver").addHandler(self._log_events)
         locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
-        session = Session(manager, scheduler, self.bus, self._launch_id, locator)
+        session = Session(manager, scheduler, self.bus, launch_id=self._launch_id, locator=locator)
         admin = SteeringAdmin(live, manager)
-        decider = Decider(manager, scheduler, self._executor)
+        decisions = DecisionService(manager, scheduler, self._executor)
         embeddings = EmbeddingService(settings, manager, scheduler, self._executor)
-        config = ConfigService.open(settings, self.bus, self._launch_id, manager, locator, flags)
+        config = ConfigService.open(
+            settings, self.bus, self._launch_id, manager, locator=locator, flags=flags
+        )
         manager.load_options = config.load_options
-        decider.enabled = lambda: bool(config.in_session("decide"))
+        decisions.enabled = lambda: bool(config.in_session("decide"))
         service = CompletionService(
             settings,
             manager,
             scheduler,
             self._executor,
-            live,
-            session,
-            self.bus,
-            config.request_defaults,
+            live=live,
+            session=session,
+            bus=self.bus,
+            defaults=config.request_defaults,
         )
         self.state = ServerState(
-            settings,
-            manager,
-            scheduler,
-            service,
-            live,
-            admin,
-            decider,
-            embeddings,
-            session,
-            self.bus,
-            config,
+            settings=settings,
+            manager=manager,
+            scheduler=scheduler,
+            completions=service,
+            steering=live,
+            admin=admin,
+            decisions=decisions,
+            embeddings=embeddings,
+            session=session,
+            bus=self.bus,
+            config=config,
         )
         self._app = RequestIdMiddleware(
             SecurityMiddleware(build_connexion(), self.policy, settings.json_max_depth)

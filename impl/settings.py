@@ -26,7 +26,7 @@ def _knob(default: Any, env: str | None, flag: str | None, help: str, *, shown: 
     return field(default=default, repr=shown, metadata=metadata)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     host: str = _knob(
         "127.0.0.1",

@@ -9,10 +9,48 @@ from __future__ import annotations
 from collections.abc import Generator, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 
-@dataclass(frozen=True, slots=True)
+class EngineId(StrEnum):
+    """The engines, one name each in code (the package under `engines/`).
+
+    A value is the engine's key in spec/policy/fields.yaml, `gguf` for
+    llama.cpp, and the word error messages use; `ENGINE_NAMES` holds the name
+    the API shows.
+    """
+
+    TRANSFORMERS = "transformers"
+    LLAMACPP = "gguf"
+
+
+ENGINE_NAMES: Mapping[EngineId, str] = {
+    EngineId.TRANSFORMERS: "transformers",
+    EngineId.LLAMACPP: "llama.cpp",
+}
+"""Each engine's name as the API shows it: the config's `engine` choices, /api/info's
+`engine`, `ModelFacts.engine` and so the end of `system_fingerprint`."""
+
+
+class Capability(StrEnum):
+    """What an engine can do; a value is the name `{needs: ...}` gives it in
+    spec/policy/fields.yaml."""
+
+    GENERATE = "generate"
+    CHAT = "chat"
+    SEED = "seed"
+    STEERING = "steering"
+    SCORING = "scoring"
+    SCORING_FLOAT32 = "scoring_float32"
+    DECIDE = "decide"
+    BATCHED_CHAT = "batched_chat"
+    EMBEDDINGS = "embeddings"
+    STRUCTURED_OUTPUT = "structured_output"
+    TOOLS = "tools"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoadOptions:
     """How a session loads its model: the config's session parameters (docs/LOCAL.md).
 
@@ -30,12 +68,12 @@ class LoadOptions:
 DEFAULT_LOAD = LoadOptions()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelFacts:
     """What a loaded model says about itself (for /v1/models and fingerprints)."""
 
     model_id: str
-    engine: str
+    engine: str  # the engine's display name (ENGINE_NAMES)
     context_length: int
     vocab_size: int
     dtype: str
@@ -48,7 +86,7 @@ class ModelFacts:
     threads: int = 0  # the threads its forward passes use (0: not recorded)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
     """How to pick each next token. `temperature == 0` means greedy."""
 
@@ -122,7 +160,7 @@ class Scored:
     alternatives: tuple[tuple[int, float], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """One decision (LOC-DECIDE): the choices' first-token log-probabilities and what it cost.
 
@@ -166,7 +204,7 @@ class ChatPrompt:
 
     `tools` (OpenAI tool objects) are handed to the template; `opening` is
     appended after the generation prompt (a forced tool call's opening,
-    OAI-TOOLS-14/15/32).
+    OAI-TOOLS-14).
     """
 
     messages: Sequence[Mapping[str, Any]]
@@ -214,7 +252,7 @@ class Engine(Protocol):
     def facts(self) -> ModelFacts: ...
 
     @property
-    def capabilities(self) -> frozenset[str]: ...
+    def capabilities(self) -> frozenset[Capability]: ...
 
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
 
@@ -256,7 +294,7 @@ class Engine(Protocol):
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """One unsteered forward pass over the prompt; the next token's log-probabilities.
 
-        Blocking. Raises NonFiniteLogits (OAI-SCORE-22..25). Only engines with
+        Blocking. Raises NonFiniteLogits (OAI-SCORE-22). Only engines with
         the `scoring` capability implement it.
         """
         ...
@@ -277,11 +315,12 @@ class Engine(Protocol):
         leading ids the prefix alone determines."""
         ...
 
-    def decide(
+    def prefill_choices(
         self,
         prompt_ids: Sequence[int],
         prefix_length: int,
         choice_ids: Sequence[int],
+        *,
         reuse: bool,
         cancel: Any,
     ) -> Decision:

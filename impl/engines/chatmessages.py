@@ -7,7 +7,7 @@ known roles only (`developer` is rendered as `system`, LOC-CHAT-03, and
 a history's reasoning under every name templates read (LOC-CHAT-10), keys
 whose value is null dropped (as transformers' `apply_chat_template` does),
 and a trailing assistant message split off as a partial answer to continue
-(OAI-CONT-01..03).
+(OAI-CONT-01).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def tokenize_with_one_bos(
 
     `tokenize(text, add_special_tokens)` is the engine's tokenizer. A render that
     already begins with the BOS text gets no special tokens (OAI-TOKIDS-02);
-    otherwise the tokenizer adds what it normally adds (OAI-TOKIDS-03/04); never
+    otherwise the tokenizer adds what it normally adds (OAI-TOKIDS-03); never
     two BOS (OAI-TOKIDS-05).
     """
     template_wrote_bos = bool(bos_token) and text.startswith(bos_token or "")
@@ -142,12 +142,12 @@ def without_double_bos(ids: Sequence[int], bos_id: int | None) -> list[int]:
 
 
 def decision_prompt(prefix: str, suffix: str) -> ChatPrompt:
-    """`prefix + suffix` as one user message, reasoning off (LOC-DECIDE-04/05)."""
+    """`prefix + suffix` as one user message, reasoning off (LOC-DECIDE-04)."""
     return ChatPrompt(({"role": "user", "content": prefix + suffix},), {"enable_thinking": False})
 
 
 def prefix_length(
-    text: str, ids: Sequence[int], prefix: str, suffix: str, tokenize: Callable[[str], list[int]]
+    text: str, ids: Sequence[int], prefix: str, suffix: str, *, tokenize: Callable[[str], list[int]]
 ) -> int:
     """How many leading `ids` (the rendered `text`) the prefix alone determines.
 

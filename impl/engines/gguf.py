@@ -39,7 +39,7 @@ class NotGGUF(ValueError):
     """The file is not a readable GGUF file."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GGUFFacts:
     """The header facts the server needs: naming, fingerprints, window, template."""
 

@@ -5,7 +5,7 @@ constrained request (the engine supplies how: from a Hugging Face tokenizer,
 or from llama.cpp's vocabulary). Each constraint compiles once into a
 matcher kept as a template (LRU by text); every choice gets its own deep
 copy (a `Guide`), so `n` > 1 and batched rows are constrained separately
-(OAI-SO-18/19).
+(OAI-SO-18).
 
 Two kinds compile (`base.Constraint`): `json_schema`, and `call` (a forced
 tool call's continuation: one option's head, a JSON document under its

@@ -104,7 +104,7 @@ async def _unless_disconnected(
 
 def admitted(endpoint: str, model_id: str, body: Mapping[str, Any]) -> Admission:
     """The request let in to `endpoint` (serving/admission.py), or its refusal."""
-    return admit(state().manager, endpoint, model_id, body, request.headers)
+    return admit(state().manager, endpoint, model_id, body, request_headers=request.headers)
 
 
 async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:

@@ -21,7 +21,7 @@ async def get_config() -> JSONResponse:
 
 
 async def put_config() -> JSONResponse:
-    """PUT /api/config (LOC-CONFIG-10..21): refusals per key come back in `rejected`."""
+    """PUT /api/config (LOC-CONFIG-10): refusals per key come back in `rejected`."""
     req = parse_local(api.ConfigUpdate, request_body())
     local = is_loopback_peer(request.scope)
     change = state().config.update(req.values, req.reset or (), req.auto_plan, peer_local=local)

@@ -13,6 +13,6 @@ async def decide() -> JSONResponse:
     req = parse_local(api.DecideRequest, request_body())
     reuse = True if req.reuse_prefix is None else req.reuse_prefix
     server = state()
-    answer = await server.decider.decide(req.prefix, req.suffix, req.choices, reuse)
+    answer = await server.decisions.decide(req.prefix, req.suffix, req.choices, reuse)
     server.bus.publish("decide", answer)  # LOC-EVENTS-17
     return JSONResponse(answer)

@@ -24,7 +24,7 @@ async def info() -> JSONResponse:
 
 
 async def load() -> JSONResponse:
-    """POST /api/session/load: 202 once the load is under way (LOC-LOAD-03..05, -07;
+    """POST /api/session/load: 202 once the load is under way (LOC-LOAD-03;
     LOC-CONFIG-17: a stored config that does not validate is refused, nothing loads;
     409 busy while another load runs: docs/DECISIONS.md, statuses)."""
     req = parse_local(api.LoadRequest, request_body() or {})

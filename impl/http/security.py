@@ -295,7 +295,7 @@ class SecurityMiddleware:
         )
 
     def _origin(self, request: _Request) -> ApiError | None:
-        """LOC-SEC-18..22, -24: a browser request only from the server's own page."""
+        """LOC-SEC-18: a browser request only from the server's own page."""
         if not request.api:
             return None
         origin = request.headers.get("origin")
@@ -318,7 +318,7 @@ class SecurityMiddleware:
         )
 
     def _key(self, request: _Request) -> ApiError | None:
-        """LOC-SEC-05..07: with a key, `Authorization: Bearer KEY` on /api and /v1."""
+        """LOC-SEC-05: with a key, `Authorization: Bearer KEY` on /api and /v1."""
         if self.policy.key is None or not request.api:
             return None
         presented = bearer(request.headers.get("authorization"))
@@ -349,7 +349,7 @@ class SecurityMiddleware:
         )
 
     def _media_type(self, request: _Request) -> ApiError | None:
-        """LOC-GEN-19/20, LOC-SEC-25..27: JSON on every method but GET and HEAD."""
+        """LOC-SEC-25: JSON on every method but GET and HEAD."""
         if not request.has_body:
             return None
         content_type = request.headers.get("content-type")

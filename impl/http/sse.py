@@ -1,4 +1,4 @@
-"""Server-sent event framing (OAI-STREAM-01, -02, -06).
+"""Server-sent event framing (OAI-STREAM-01).
 
 Each chunk is `data: <json>\\n\\n`; a comment is `: text\\n\\n`; a failure after
 the stream started becomes one `data: {"error": ...}` event; `data: [DONE]`

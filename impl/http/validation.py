@@ -8,7 +8,7 @@ is not strict JSON never gets here: http/body.py). `/v1` answers
 of the wrong type, which is `invalid_request` as REQ-003 LOC-CHAT-04 says
 (document 000 names no code for it). `/api` answers `invalid_request` for a
 body that is not a JSON object, or holds a field of the wrong JSON type
-(REQ-003 LOC-GEN-14..16); a value its schema refuses (a range, a choice, a
+(LOC-GEN-14); a value its schema refuses (a range, a choice, a
 missing field) is `invalid_parameter` there too (docs/DECISIONS.md, statuses).
 """
 
@@ -74,7 +74,7 @@ class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
 
 
 class LocalBodyValidator(OpenAIBodyValidator):
-    """`/api` bodies: a JSON object or nothing, else 400 invalid_request (LOC-GEN-14..16)."""
+    """`/api` bodies: a JSON object or nothing, else 400 invalid_request (LOC-GEN-14)."""
 
     mistyped = "invalid_request"
 

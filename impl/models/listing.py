@@ -7,7 +7,7 @@
       <dir>/<folder>/<deeper>/...      never listed      (LOC-MODELS-08)
 
 A split set `<name>-00001-of-00003.gguf` is one entry, named by its lowest
-present shard, `complete` once every shard is there (LOC-MODELS-05/06).
+present shard, `complete` once every shard is there (LOC-MODELS-05).
 For every entry `path` is `dir`/`folder`/`name`. A link to a folder is never
 followed (LOC-MODELS-09); a link to a file is listed by the link's own path,
 as it cannot loop, and whether a client may open it is the confinement
@@ -15,7 +15,7 @@ rules' decision (LOC-MODELS-10). A `.part` file is a download, not a model.
 A directory listed twice (the same resolved path) is read once; a missing or
 unreadable directory lists nothing.
 
-`role` comes from the GGUF header, never the name (LOC-MODELS-21..26); an
+`role` comes from the GGUF header, never the name (LOC-MODELS-21); an
 HF folder is a `model` when its `config.json` reads as an object, else `""`.
 Only the header is read: nothing is loaded, written or downloaded.
 """
@@ -37,7 +37,7 @@ _HF_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 GGUF_FORMAT, HF_FORMAT = "gguf", "hf"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LocalModel:
     """One model on disk: a GGUF file, a GGUF split set, or an HF model folder."""
 
@@ -97,7 +97,7 @@ def list_local(models_dir: Path, scan_dirs: Sequence[Path]) -> list[LocalModel]:
 
 
 def _list_dir(root: Path) -> list[LocalModel]:
-    """`root`'s own files, then each folder directly inside it, by name (LOC-MODELS-07/08)."""
+    """`root`'s own files, then each folder directly inside it, by name (LOC-MODELS-07)."""
     top = _children(str(root))
     found = _gguf_models(top, str(root), "")
     for entry in top:
@@ -194,7 +194,7 @@ def gguf_header(path: Path) -> tuple[str, str]:
 
 
 def gguf_role(meta: dict[str, Any]) -> str:
-    """What a readable header says the file is for (LOC-MODELS-22..25)."""
+    """What a readable header says the file is for (LOC-MODELS-22)."""
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) else ""
     kind = meta.get("general.type")

@@ -1,4 +1,4 @@
-"""Which model a client's `model` names, and where it may name one from (LOC-SEC-56..66).
+"""Which model a client's `model` names, and where it may name one from (LOC-SEC-56).
 
 `model` is a registry id (`SmolLM2-135M-Instruct:Q4_1`, an HF folder's
 name) or a path. A path is read only, never written (LOC-SEC-56). A relative
@@ -27,11 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..engines.base import ENGINE_NAMES, EngineId
 from ..errors import ApiError
-from .registry import GGUF, TRANSFORMERS, ModelEntry, ModelRegistry, entries_for
+from .registry import ModelEntry, ModelRegistry, entries_for
 
-ENGINES = {"auto": None, "llama.cpp": GGUF, "transformers": TRANSFORMERS}
-"""The `engine` parameter's values, as registry engine names (None: the path's own)."""
+ENGINE_CHOICES: dict[str, EngineId | None] = {
+    "auto": None,
+    **{name: engine for engine, name in ENGINE_NAMES.items()},
+}
+"""The config's `engine` values (display names) as engines (None: the path's own)."""
 
 
 def is_loopback_peer(scope: Mapping[str, Any]) -> bool:
@@ -98,7 +102,7 @@ class ModelLocator:
         An unknown name that is no model file either gets the registry's own
         refusal (404 model_not_found, listing the ids; AMBIGUOUS_MODEL_NAME).
         """
-        wanted = ENGINES.get(engine)
+        wanted = ENGINE_CHOICES.get(engine)
         try:
             entry = self.registry.resolve(model)
         except ApiError as exc:

@@ -6,10 +6,10 @@ One model is resident at a time. A request for another model switches:
             GRACEFUL_UNLOAD_TIMEOUT, then halts it) -> LOADING -> IDLE
 
 From the moment a switch begins, every new request is refused with
-503 model_busy (OAI-ERR-26/27). Before a switch begins, the new model is
+503 model_busy (OAI-ERR-26). Before a switch begins, the new model is
 checked: an unsupported quantization (400) or a model that cannot fit
 (503 insufficient_memory) is refused with the resident model untouched
-(OAI-ERR-20/21/31). A load that fails after the unload is 500
+(OAI-ERR-20). A load that fails after the unload is 500
 model_load_failed (OAI-ERR-32). Engines are found in a table keyed by
 engine name, never by `if` on model family.
 """
@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TypeVar
+from enum import StrEnum
+from typing import Literal, TypeVar
 
-from ..engines.base import Engine, LoadOptions
+from ..engines.base import Capability, Engine, EngineId, LoadOptions
 from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
 from ..engines.llamacpp import load_llamacpp_engine
 from ..engines.transformers import load_transformers_engine
@@ -35,7 +36,7 @@ from ..engines.transformers.float32 import Float32Settings
 from ..errors import ApiError
 from ..settings import Settings
 from .memory import available_mib, needed_mib
-from .registry import GGUF, TRANSFORMERS, ModelEntry, ModelRegistry
+from .registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def _load_transformers(entry: ModelEntry, settings: Settings, options: LoadOptio
     )
 
 
-def _load_gguf(entry: ModelEntry, settings: Settings, options: LoadOptions) -> Engine:
+def _load_llamacpp(entry: ModelEntry, settings: Settings, options: LoadOptions) -> Engine:
     return load_llamacpp_engine(
         entry.path,
         model_id=entry.model_id,
@@ -73,13 +74,37 @@ def _load_gguf(entry: ModelEntry, settings: Settings, options: LoadOptions) -> E
 @dataclass(frozen=True, slots=True)
 class EngineKind:
     load: Loader
-    capabilities: frozenset[str]
+    capabilities: frozenset[Capability]
 
 
-ENGINES: dict[str, EngineKind] = {
-    TRANSFORMERS: EngineKind(_load_transformers, TRANSFORMERS_CAPABILITIES),
-    GGUF: EngineKind(_load_gguf, LLAMACPP_CAPABILITIES),
+ENGINE_KINDS: dict[EngineId, EngineKind] = {
+    EngineId.TRANSFORMERS: EngineKind(_load_transformers, TRANSFORMERS_CAPABILITIES),
+    EngineId.LLAMACPP: EngineKind(_load_llamacpp, LLAMACPP_CAPABILITIES),
 }
+"""How each engine loads a model, and what a model it loads can do."""
+
+
+class Phase(StrEnum):
+    """Where a model switch stands: none runs (IDLE), or which half runs."""
+
+    IDLE = "IDLE"
+    UNLOADING = "UNLOADING"
+    LOADING = "LOADING"
+
+
+ModelState = Literal["READY", "LOADED", "LOADING", "UNLOADING", "FAILED"]
+"""A model's state as `/v1/models` shows it."""
+
+SessionState = Literal["empty", "loading", "ready", "error"]
+"""The session's state as `/api/info` shows it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resident:
+    """The model in memory: its registry entry and the engine that serves it."""
+
+    entry: ModelEntry
+    engine: Engine
 
 
 class ModelManager:
@@ -87,8 +112,8 @@ class ModelManager:
         self.registry = registry
         self._settings = settings
         self._executor = executor
-        self._resident: tuple[ModelEntry, Engine] | None = None
-        self._phase = "IDLE"
+        self._resident: Resident | None = None
+        self._phase = Phase.IDLE
         self._target: ModelEntry | None = None
         self._failed: set[str] = set()
         self._tokenizer_lock = threading.Lock()
@@ -103,8 +128,8 @@ class ModelManager:
         if self.on_change is not None:
             self.on_change()
 
-    def session_state(self) -> tuple[str, str]:
-        """`empty`, `loading`, `ready` or `error` (LOC-INFO-06..12), and the error's words."""
+    def session_state(self) -> tuple[SessionState, str]:
+        """`empty`, `loading`, `ready` or `error` (LOC-INFO-06), and the error's words."""
         if self.switching:
             return "loading", ""
         if self._resident is not None:
@@ -112,39 +137,39 @@ class ModelManager:
         return ("error", self._error) if self._error else ("empty", "")
 
     @property
-    def resident(self) -> tuple[ModelEntry, Engine] | None:
+    def resident(self) -> Resident | None:
         return self._resident
 
     @property
     def switching(self) -> bool:
-        return self._phase != "IDLE"
+        return self._phase != Phase.IDLE
 
     def entry(self, model_id: str) -> ModelEntry:
         """The registry entry for `model_id` (404 / 400 AMBIGUOUS_MODEL_NAME otherwise)."""
         return self.registry.resolve(model_id)
 
-    def capabilities(self, entry: ModelEntry) -> frozenset[str]:
+    def capabilities(self, entry: ModelEntry) -> frozenset[Capability]:
         if entry.task == "embed":
             return ENCODER_CAPABILITIES
-        return ENGINES[entry.engine].capabilities
+        return ENGINE_KINDS[entry.engine].capabilities
 
-    def state(self, entry: ModelEntry) -> str:
+    def state(self, entry: ModelEntry) -> ModelState:
         """READY, LOADED, LOADING, UNLOADING or FAILED."""
-        if self._resident is not None and self._resident[0] == entry:
-            return "UNLOADING" if self._phase == "UNLOADING" else "LOADED"
-        if self._target == entry and self._phase == "LOADING":
+        if self._resident is not None and self._resident.entry == entry:
+            return "UNLOADING" if self._phase == Phase.UNLOADING else "LOADED"
+        if self._target == entry and self._phase == Phase.LOADING:
             return "LOADING"
         return "FAILED" if entry.model_id in self._failed else "READY"
 
     def engine_if_resident(self, entry: ModelEntry) -> Engine | None:
-        if self._resident is not None and self._resident[0] == entry and not self.switching:
-            return self._resident[1]
+        if self._resident is not None and self._resident.entry == entry and not self.switching:
+            return self._resident.engine
         return None
 
     def refuse_if_busy(self) -> None:
         """503 model_busy while a switch (unload or load) runs."""
         if self.switching:
-            doing = "an unload" if self._phase == "UNLOADING" else "a model load"
+            doing = "an unload" if self._phase == Phase.UNLOADING else "a model load"
             raise ApiError(
                 "model_busy",
                 f"The server is busy with {doing}; retry once it finishes.",
@@ -157,7 +182,7 @@ class ModelManager:
         if self.engine_if_resident(entry) is not None:
             return
         if (
-            entry.engine == TRANSFORMERS
+            entry.engine == EngineId.TRANSFORMERS
             and entry.quantization not in SUPPORTED_HF_QUANTIZATION
             and entry.path.is_dir()
         ):
@@ -168,10 +193,10 @@ class ModelManager:
                 "model",
             )
         need = needed_mib(entry)
-        freed = needed_mib(self._resident[0]) if self._resident is not None else 0
+        freed = needed_mib(self._resident.entry) if self._resident is not None else 0
         free = available_mib(self._settings.memory_budget_mb)
         if need > free + freed:
-            resident = self._resident[0].model_id if self._resident else "nothing"
+            resident = self._resident.entry.model_id if self._resident else "nothing"
             raise ApiError(
                 "insufficient_memory",
                 f"`{entry.model_id}` needs about {need} MiB; {free + freed} MiB could be had "
@@ -182,33 +207,33 @@ class ModelManager:
 
     def begin_switch(self, entry: ModelEntry) -> None:
         """Mark a switch to `entry` as started: from now on new requests get model_busy."""
-        self._phase, self._target = "UNLOADING", entry
+        self._phase, self._target = Phase.UNLOADING, entry
 
     def abort_switch(self, entry: ModelEntry) -> None:
         """Undo `begin_switch` when the switching request gave up before unloading anything."""
-        if self._phase == "UNLOADING" and self._target == entry:
-            self._phase, self._target = "IDLE", None
+        if self._phase == Phase.UNLOADING and self._target == entry:
+            self._phase, self._target = Phase.IDLE, None
 
     async def ensure(self, entry: ModelEntry) -> Engine:
         """The engine for `entry`, unloading another and loading it first. Call under the slot."""
-        if self._resident is not None and self._resident[0] == entry:
-            self._phase, self._target = "IDLE", None
-            return self._resident[1]
+        if self._resident is not None and self._resident.entry == entry:
+            self._phase, self._target = Phase.IDLE, None
+            return self._resident.engine
         loop = asyncio.get_running_loop()
-        self._phase, self._target = "UNLOADING", entry
+        self._phase, self._target = Phase.UNLOADING, entry
         self._changed()
         try:
             if self._resident is not None:
-                old = self._resident[1]
+                old = self._resident.engine
                 self._resident = None
                 await loop.run_in_executor(self._executor, old.close)
-            self._phase = "LOADING"
+            self._phase = Phase.LOADING
             started = time.perf_counter()
             engine = await self._load(entry)
             self.load_seconds = time.perf_counter() - started
-            self._resident = (entry, engine)
+            self._resident = Resident(entry, engine)
         finally:
-            self._phase, self._target = "IDLE", None
+            self._phase, self._target = Phase.IDLE, None
             self._changed()
         return engine
 
@@ -216,7 +241,7 @@ class ModelManager:
         """Close the resident model (LOC-UNLOAD-02); call under the slot. False: none was."""
         if self._resident is None:
             return False
-        old = self._resident[1]
+        old = self._resident.engine
         self._resident, self._error = None, ""
         await asyncio.get_running_loop().run_in_executor(self._executor, old.close)
         self._changed()
@@ -224,7 +249,7 @@ class ModelManager:
 
     async def _load(self, entry: ModelEntry) -> Engine:
         loop = asyncio.get_running_loop()
-        load = ENGINES[entry.engine].load
+        load = ENGINE_KINDS[entry.engine].load
         options = self.load_options()
         try:
             engine = await loop.run_in_executor(
@@ -253,12 +278,12 @@ class ModelManager:
 
     def close(self) -> None:
         if self._resident is not None:
-            self._resident[1].close()
+            self._resident.engine.close()
             self._resident = None
 
 
 def listed(manager: ModelManager, entries: Sequence[ModelEntry]) -> list[dict[str, object]]:
-    """The OpenAI `/v1/models` entries, with their state (OAI-MODELS-03/04)."""
+    """The OpenAI `/v1/models` entries, with their state (OAI-MODELS-03)."""
     shown = []
     for e in entries:
         state = manager.state(e)

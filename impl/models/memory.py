@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..engines import gguf
-from .registry import GGUF, ModelEntry
+from ..engines.base import EngineId
+from .registry import ModelEntry
 
 MIB = 1 << 20
 CONVERSION_GROWTH = 7
@@ -43,7 +44,7 @@ def _kv_cache_bytes(path: Path) -> int:
 def needed_mib(entry: ModelEntry) -> int:
     """The memory `entry` takes once loaded, in MiB (rounded up)."""
     path = entry.path
-    if entry.engine == GGUF:
+    if entry.engine == EngineId.LLAMACPP:
         need = path.stat().st_size + _kv_cache_bytes(path)
     elif path.is_dir():
         need = sum(f.stat().st_size for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES)

@@ -8,7 +8,7 @@
 tag (`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`); `QUANT`
 is read from the file's header (OAI-GGUF-02). Several quantizations of one
 repository sit side by side. A bare repository name is no GGUF model's id:
-`resolve()` refuses it before anything loads (OAI-GGUF-04..06).
+`resolve()` refuses it before anything loads (OAI-GGUF-04).
 """
 
 from __future__ import annotations
@@ -21,22 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engines import gguf
+from ..engines.base import EngineId
 from ..errors import ApiError
 
 log = logging.getLogger(__name__)
 
 _QUANT_TAG = re.compile(r"^(I?Q\d|BF16|F16|F32)", re.IGNORECASE)
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF, TRANSFORMERS = "gguf", "transformers"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelEntry:
     """One servable model: where it lives and which engine serves it."""
 
     model_id: str
     path: Path
-    engine: str
+    engine: EngineId
     created: int
     owned_by: str
     repo: str | None = None
@@ -96,7 +96,16 @@ def entries_for(path: Path, *, convert: bool = False) -> list[ModelEntry]:
     if path.is_dir() and (path / "config.json").is_file():
         quant, task = hf_quantization(path), hf_task(path)
         return [
-            ModelEntry(path.name, path, TRANSFORMERS, _created(path), "local", None, quant, task)
+            ModelEntry(
+                model_id=path.name,
+                path=path,
+                engine=EngineId.TRANSFORMERS,
+                created=_created(path),
+                owned_by="local",
+                repo=None,
+                quantization=quant,
+                task=task,
+            )
         ]
     if not (path.is_file() and path.suffix == ".gguf"):
         return []
@@ -106,9 +115,29 @@ def entries_for(path: Path, *, convert: bool = False) -> list[ModelEntry]:
         log.warning("skipping %s: %s", path, exc)
         return []
     repo = gguf_repo(path)
-    found = [ModelEntry(f"{repo}:{quant}", path, GGUF, _created(path), "local", repo, quant)]
+    found = [
+        ModelEntry(
+            model_id=f"{repo}:{quant}",
+            path=path,
+            engine=EngineId.LLAMACPP,
+            created=_created(path),
+            owned_by="local",
+            repo=repo,
+            quantization=quant,
+        )
+    ]
     if convert:
-        found.append(ModelEntry(repo, path, TRANSFORMERS, _created(path), "local", None, quant))
+        found.append(
+            ModelEntry(
+                model_id=repo,
+                path=path,
+                engine=EngineId.TRANSFORMERS,
+                created=_created(path),
+                owned_by="local",
+                repo=None,
+                quantization=quant,
+            )
+        )
     return found
 
 
@@ -131,11 +160,11 @@ class ModelRegistry:
         """The operator's launch model (LOC-SEC-66), whose path is never confined."""
         return self._launch[0].path if self._launch else None
 
-    def open(self, path: Path, engine: str | None = None) -> ModelEntry | None:
+    def open(self, path: Path, engine: EngineId | None = None) -> ModelEntry | None:
         """The entry of a model a client named by path (LOC-SEC-56), served by `engine` (None:
         the path's own, llama.cpp for a GGUF file), kept resolvable by id until another path
         is opened; None when `path` is no model or that engine cannot serve it."""
-        found = entries_for(path, convert=engine == TRANSFORMERS)
+        found = entries_for(path, convert=engine == EngineId.TRANSFORMERS)
         entry = next((e for e in found if engine is None or e.engine == engine), None)
         if entry is not None:
             self._opened = [entry]

@@ -17,25 +17,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import headers as hdr
+from ..engines.base import Capability
 from ..errors import InvalidParameter
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from .policy import honours, report_unused, review
 
 NEEDS = {  # endpoint -> the capability its model must have, and the refusal's words
-    "chat": ("generate", "is an embedding model: use /v1/embeddings"),
-    "completions": ("generate", "is an embedding model: use /v1/embeddings"),
-    "embeddings": ("embeddings", "cannot embed"),
+    "chat": (Capability.GENERATE, "is an embedding model: use /v1/embeddings"),
+    "completions": (Capability.GENERATE, "is an embedding model: use /v1/embeddings"),
+    "embeddings": (Capability.EMBEDDINGS, "cannot embed"),
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Admission:
     """A request let in: its model, that model's capabilities, and what the matrix ignores."""
 
     endpoint: str
     entry: ModelEntry
-    capabilities: frozenset[str]
+    capabilities: frozenset[Capability]
     ignored: tuple[str, ...]
     strict: bool
 
@@ -55,6 +56,7 @@ def admit(
     endpoint: str,
     model_id: str,
     body: Mapping[str, object],
+    *,
     request_headers: Mapping[str, str],
 ) -> Admission:
     """Let a request in, or refuse it before any load."""
@@ -65,4 +67,10 @@ def admit(
     if need not in capabilities:
         raise InvalidParameter("model", f"`{entry.model_id}` {refusal}.")
     ignored = review(endpoint, body, entry.engine, capabilities)
-    return Admission(endpoint, entry, capabilities, tuple(ignored), strict)
+    return Admission(
+        endpoint=endpoint,
+        entry=entry,
+        capabilities=capabilities,
+        ignored=tuple(ignored),
+        strict=strict,
+    )

@@ -108,6 +108,7 @@ class ConfigService:
         path: Path,
         bus: Publisher,
         manager: ModelManager | None = None,
+        *,
         locator: ModelLocator | None = None,
     ) -> None:
         self._defaults = dict(defaults)
@@ -129,13 +130,14 @@ class ConfigService:
         bus: Publisher,
         launch_id: str | None,
         manager: ModelManager,
+        *,
         locator: ModelLocator,
         flags: Mapping[str, Any] | None = None,
     ) -> ConfigService:
         """`flags`: the rows' own launch flags as given (params.launch_values)."""
         defaults = server_defaults(settings, launch_id, flags)
         path = settings.data_dir / SETTINGS_FILE
-        service = cls(defaults, path, bus, manager, locator)
+        service = cls(defaults, path, bus, manager, locator=locator)
         service.operator_keys = operator_keys(settings, launch_id, flags)
         return service
 
@@ -206,7 +208,7 @@ class ConfigService:
         *,
         peer_local: bool = True,
     ) -> dict[str, Any]:
-        """PUT /api/config: set, reset, validate, save, announce (LOC-CONFIG-10..21).
+        """PUT /api/config: set, reset, validate, save, announce (LOC-CONFIG-10).
 
         A `model` path this peer may not open is rejected, not stored (LOC-SEC-62)."""
         rejected: dict[str, str] = {}
@@ -256,7 +258,7 @@ class ConfigService:
     # -- validation ----------------------------------------------------------------
 
     def _validate(self, values: Mapping[str, Any]) -> str:
-        """Cross-field checks (LOC-CONFIG-05/06): "" when the config can be loaded."""
+        """Cross-field checks (LOC-CONFIG-05): "" when the config can be loaded."""
         model = values["model"]
         if not model:
             return "No model is set: set `model` to a path or a model id."
@@ -269,7 +271,7 @@ class ConfigService:
             return Path(model).expanduser().exists()
         return self._locator.known(model)
 
-    # -- the loaded session (LOC-CONC-08/09, LOC-CONFIG-07) -----------------------------
+    # -- the loaded session (LOC-CONFIG-07) ---------------------------------------------
 
     def _follow(self, manager: ModelManager) -> None:
         previous = manager.on_change
@@ -284,7 +286,7 @@ class ConfigService:
     def _observe(self) -> None:
         """Remember the session values when a new session becomes resident."""
         resident = self._manager.resident if self._manager is not None else None
-        token = None if resident is None else id(resident[1])
+        token = None if resident is None else id(resident.engine)
         if token != self._loaded_token:
             self._loaded_token = token
             self._loaded_values = None if token is None else _session(self.values)
@@ -298,7 +300,7 @@ class ConfigService:
     def _reload_required(self, values: Mapping[str, Any]) -> bool:
         return self._loaded_values is not None and self._loaded_values != _session(values)
 
-    # -- persistence (LOC-CONFIG-19/20) ----------------------------------------------
+    # -- persistence (LOC-CONFIG-19) -------------------------------------------------
 
     def _save(self, user: Mapping[str, Any]) -> None:
         ordered = {p.key: user[p.key] for p in table() if p.key in user}

@@ -33,7 +33,7 @@ RANDOM_SEED = 4294967295  # the `seed` parameter's "random per run"
 N_PREDICT_CAP = 32768
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestDefaults:
     max_tokens: int = 512  # n-predict
     max_tokens_cap: int = N_PREDICT_CAP  # n-predict's maximum

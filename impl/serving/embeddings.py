@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..engines.base import EmbeddingsDisabled, Engine
+from ..engines.base import EmbeddingsDisabled, Engine, EngineId
 from ..errors import ApiError, InvalidParameter
 from ..generated import v1
 from ..models.manager import ModelManager
-from ..models.registry import GGUF
 from ..settings import Settings
 from .admission import Admission
 from .requests import Entry, check_ids, entries
@@ -105,7 +104,7 @@ class EmbeddingService:
             )
         entry = admission.entry
         headers = admission.headers((), self._settings.ignored_fields_header_max_bytes)
-        if entry.engine == GGUF and not self._settings.gguf_enable_embeddings:
+        if entry.engine == EngineId.LLAMACPP and not self._settings.gguf_enable_embeddings:
             raise InvalidParameter("model", DISABLED.format(model=entry.model_id))
         self._manager.refuse_if_busy()
         pooling = req.pooling or "mean"
@@ -114,7 +113,8 @@ class EmbeddingService:
             engine = slot.engine
             vocab = engine.facts.vocab_size
             ids = [
-                await self._ids(engine, value, vocab, single, i) for i, value in enumerate(inputs)
+                await self._ids(engine, value, vocab, single=single, i=i)
+                for i, value in enumerate(inputs)
             ]
             limit = engine.embedding_limit
             if limit and any(len(i) > limit for i in ids):
@@ -136,7 +136,7 @@ class EmbeddingService:
         return Reply(body, headers)
 
     async def _ids(
-        self, engine: Engine, value: Entry, vocab_size: int, single: bool, i: int
+        self, engine: Engine, value: Entry, vocab_size: int, *, single: bool, i: int
     ) -> list[int]:
         """Input i's ids: a string tokenized (special tokens added), ids as sent once
         each is within the vocabulary."""

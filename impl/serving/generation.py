@@ -47,18 +47,18 @@ class ChoiceFailed:
 Event = TextDelta | ChoiceEnd | ChoiceFailed
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChoiceJob:
     """Everything one choice needs: the prompt, how to sample, where to stop."""
 
     prompt_ids: Sequence[int]
     params: SamplingParams
-    stops: Sequence[str]
+    stop_strings: Sequence[str]
     rng: Rng | None
-    halt: threading.Event | None = None
+    halted: threading.Event | None = None  # a model switch: end at the next token, "halted"
     steering: SteeringSource | None = None
     keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
-    stop: threading.Event | None = None  # POST /api/cancel: end at the next token, "cancelled"
+    cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token
     meter: Meter | None = None  # token and done events (GET /api/events)
 
 
@@ -91,7 +91,7 @@ def _generate(
 ) -> ChoiceEnd | ChoiceFailed:
     """Generate one choice, emitting its deltas; returns the end event."""
     detok = Detokenizer(partial(engine.decode, keep_special=job.keep_special))
-    stopper = StopMatcher(job.stops)
+    stopper = StopMatcher(job.stop_strings)
     count, cached, reason = 0, 0, "length"
     tokens = engine.generate(job.prompt_ids, job.params, job.rng)
     try:
@@ -111,9 +111,9 @@ def _generate(
                 emit(TextDelta(text))
             if matched:
                 return ChoiceEnd("stop", count, cached)
-            if cancel.is_set() or (job.stop is not None and job.stop.is_set()):
+            if cancel.is_set() or (job.cancelled is not None and job.cancelled.is_set()):
                 return ChoiceEnd("cancelled", count, cached)
-            if job.halt is not None and job.halt.is_set():
+            if job.halted is not None and job.halted.is_set():
                 return ChoiceEnd("halted", count, cached)
             stepped = time.perf_counter()
         text, matched = stopper.push(detok.flush())

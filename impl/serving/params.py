@@ -1,7 +1,7 @@
 """The parameter table, read from spec/policy/params.yaml (LOC-CONC-01, LOC-PARAMS).
 
 `table()` is the rows in form order; `Param.parse` turns a JSON value into
-the row's value or says why it cannot (LOC-CONC-04..06, LOC-PARAMS-13/15).
+the row's value or says why it cannot (LOC-PARAMS-13).
 Each row's `flag` is a `miserver serve` flag (LOC-PARAMS-09): `add_flags`
 adds those the settings do not already give, and `launch_values` reads them
 back as the launch layer of the config (docs/DECISIONS.md, config layers).
@@ -27,7 +27,7 @@ class Refused(ValueError):
     """A value the row does not take; the message is the `rejected` reason."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Param:
     key: str
     type: str  # bool | int | float | path | text | choice

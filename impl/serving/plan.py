@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from ..engines.base import (
+    Capability,
     ChatPrompt,
     Constraint,
     ConstraintUnsupported,
@@ -44,7 +45,7 @@ from .tools import ToolAsk, ToolPlan, shown, tool_plan
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Plan:
     """A request made concrete against the model: token ids and budgets."""
 
@@ -53,9 +54,14 @@ class Plan:
     prompt_ids: list[list[int]] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
     steering: RequestSource | None = None
-    tools: ToolPlan | None = None  # fixed once the model is resident
-    reasoning: ReasoningPlan | None = None  # the template's reasoning span, if any (idem)
-    defaults: RequestDefaults = field(default_factory=RequestDefaults)  # the config's, once
+    # How the chat template marks tool calls and reasoning spans, both fixed by `prepare()`
+    # once the model is resident. `tools` is None when the request shows the model no tools;
+    # `reasoning` is None when no reasoning span is read off the reply (`_may_reason`).
+    tools: ToolPlan | None = None
+    reasoning: ReasoningPlan | None = None
+    # The config's request defaults, read once when the request came in: a request that
+    # waits in the queue keeps the defaults it saw.
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
 
     @property
     def output(self) -> OutputFormat | None:
@@ -98,7 +104,7 @@ class Plan:
         )
         if answer.calls:
             finish_reason = "tool_calls"
-        out = shapes.choice(endpoint, index, answer.content, finish_reason, answer.calls)
+        out = shapes.choice(endpoint, index, answer.content, finish_reason, calls=answer.calls)
         if spans is not None:  # LOC-CHAT-68
             out["message"]["reasoning_content"] = answer.reasoning
         return out
@@ -159,7 +165,7 @@ def prompt_ids(
     if not isinstance(prompt, ChatPrompt):
         return engine.tokenize(prompt.text, add_special_tokens=prompt.add_special_tokens)
     try:
-        honoured = "tools" in engine.capabilities
+        honoured = Capability.TOOLS in engine.capabilities
         return engine.render_chat(shown(tools, prompt, engine.chat_template, honoured))
     except PromptError as exc:
         # Row 0 is `messages`; row k the (k-1)th `extra_messages` conversation (CSCORE-21).
@@ -222,7 +228,7 @@ def budget(
     req: GenerationRequest, engine: Engine, ids: Sequence[int], defaults: RequestDefaults
 ) -> int:
     """`max_tokens` clamped to n-predict's maximum, or (absent or 0) n-predict cut to what
-    the window leaves (LOC-CHAT-21..23); refused past the window (OAI-ERR-04)."""
+    the window leaves (LOC-CHAT-21); refused past the window."""
     limit = engine.facts.context_length
     left = limit - len(ids)
     asked = defaults.ceiling(req.max_tokens)
@@ -241,30 +247,30 @@ def budget(
     return asked
 
 
-def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, meter: Meter | None) -> ChoiceJob:
+def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, *, meter: Meter | None) -> ChoiceJob:
     """Prompt i's generation: its ids, budget, sampling, constraint and steering; the
     ticket's halt (a model switch) and cancel (`POST /api/cancel`) stop it."""
     r = plan.request
     temperature, top_p = r.temperature, r.top_p
     assert temperature is not None and top_p is not None, "RequestDefaults.apply comes first"
     params = SamplingParams(
-        plan.budgets[i],
-        temperature,
-        top_p,
-        r.frequency_penalty,
-        r.presence_penalty,
-        plan.constraint,
-        r.top_k,
+        max_tokens=plan.budgets[i],
+        temperature=temperature,
+        top_p=top_p,
+        frequency_penalty=r.frequency_penalty,
+        presence_penalty=r.presence_penalty,
+        constraint=plan.constraint,
+        top_k=r.top_k,
     )
     return ChoiceJob(
-        plan.prompt_ids[i],
-        params,
-        r.stops,
-        rng,
-        ticket.halt,
-        plan.steering,
+        prompt_ids=plan.prompt_ids[i],
+        params=params,
+        stop_strings=r.stops,
+        rng=rng,
+        halted=ticket.halt,
+        steering=plan.steering,
         # call and reasoning markers may be special tokens
         keep_special=plan.tools is not None or plan.reasoning is not None,
-        stop=ticket.cancel,
+        cancelled=ticket.cancel,
         meter=meter,
     )

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .. import headers as hdr
+from ..engines.base import Capability, EngineId
 from ..errors import FieldNotHonoured
 from .schema import Schema, v1_schema
 
@@ -48,12 +49,12 @@ def is_no_change(name: str, value: Any) -> bool:
     return value is None or any(value == v and type(value) is type(v) for v in values)
 
 
-def decide(rule: Rule, engine: str, capabilities: frozenset[str]) -> str:
+def verdict(rule: Rule, engine: EngineId, capabilities: frozenset[Capability]) -> str:
     """Reduce a rule to `honoured`, `ignored`, `refused` or `pending` (capability missing)."""
     if isinstance(rule, str):
         return rule
     if engine in rule:
-        return decide(rule[engine], engine, capabilities)
+        return verdict(rule[engine], engine, capabilities)
     if "needs" in rule:
         if rule["needs"] in capabilities:
             return "honoured"
@@ -61,25 +62,27 @@ def decide(rule: Rule, engine: str, capabilities: frozenset[str]) -> str:
     raise ValueError(f"malformed rule in fields.yaml: {rule!r}")
 
 
-def honours(endpoint: str, name: str, engine: str, capabilities: frozenset[str]) -> bool:
+def honours(
+    endpoint: str, name: str, engine: EngineId, capabilities: frozenset[Capability]
+) -> bool:
     """Whether `endpoint` on `engine` uses the field `name` (its row reads `honoured`)."""
     rule = matrix().endpoints[endpoint].get(name)
-    return rule is not None and decide(rule, engine, capabilities) == "honoured"
+    return rule is not None and verdict(rule, engine, capabilities) == "honoured"
 
 
-def _refuse(location: str, verdict: str, endpoint: str, engine: str) -> FieldNotHonoured:
+def _refuse(location: str, outcome: str, endpoint: str, engine: EngineId) -> FieldNotHonoured:
     where = {
         "chat": "on chat completions",
         "completions": "on text completions",
         "embeddings": "on embeddings",
     }[endpoint]
-    if verdict == "pending":
+    if outcome == "pending":
         return FieldNotHonoured(location, f"{where} by this server yet (not implemented)")
     return FieldNotHonoured(location, f"{where} with the {engine} engine")
 
 
 def review(
-    endpoint: str, body: Mapping[str, Any], engine: str, capabilities: frozenset[str]
+    endpoint: str, body: Mapping[str, Any], engine: EngineId, capabilities: frozenset[Capability]
 ) -> list[str]:
     """Locations of unused fields; raises FieldNotHonoured for a refused one."""
     rules = matrix().endpoints[endpoint]
@@ -87,10 +90,10 @@ def review(
     for name, value in body.items():
         if is_no_change(name, value) or name not in rules:
             continue
-        verdict = decide(rules[name], engine, capabilities)
-        if verdict in {"refused", "pending"}:
-            raise _refuse(name, verdict, endpoint, engine)
-        if verdict == "ignored":
+        outcome = verdict(rules[name], engine, capabilities)
+        if outcome in {"refused", "pending"}:
+            raise _refuse(name, outcome, endpoint, engine)
+        if outcome == "ignored":
             ignored.append(name)
     ignored.extend(_message_fields(body, engine, capabilities))
     if body.get("stream_options") is not None and not body.get("stream"):
@@ -111,7 +114,7 @@ def report_unused(locations: Sequence[str], strict: bool, max_bytes: int) -> dic
 
 
 def _message_fields(
-    body: Mapping[str, Any], engine: str, capabilities: frozenset[str]
+    body: Mapping[str, Any], engine: EngineId, capabilities: frozenset[Capability]
 ) -> Iterator[str]:
     rules = matrix().message
     rows = [("messages", body.get("messages") or ())]
@@ -122,9 +125,9 @@ def _message_fields(
         for i, message in enumerate(messages):
             for name, value in message.items():
                 if name in rules and value is not None:
-                    verdict = decide(rules[name], engine, capabilities)
-                    if verdict in {"ignored", "pending"}:
-                        yield f"{where}[{i}].{encode_name(name)}"
+                    outcome = verdict(rules[name], engine, capabilities)
+                    if outcome in {"ignored", "pending"}:
+                        yield f"{where}[{i}].{percent_encode_field(name)}"
 
 
 def undeclared(value: Any, schema: Schema, location: str = "") -> Iterator[str]:
@@ -135,7 +138,11 @@ def undeclared(value: Any, schema: Schema, location: str = "") -> Iterator[str]:
         if props is None:
             return
         for name, member in value.items():
-            here = f"{location}.{encode_name(name)}" if location else encode_name(name)
+            here = (
+                f"{location}.{percent_encode_field(name)}"
+                if location
+                else percent_encode_field(name)
+            )
             if member is None:
                 continue
             if name not in props:
@@ -149,7 +156,7 @@ def undeclared(value: Any, schema: Schema, location: str = "") -> Iterator[str]:
                 yield from undeclared(member, items, f"{location}[{i}]")
 
 
-def encode_name(name: str) -> str:
+def percent_encode_field(name: str) -> str:
     """A field name with `%` and everything outside printable ASCII percent-encoded."""
     if all(0x20 <= ord(c) <= 0x7E and c != "%" for c in name):
         return name

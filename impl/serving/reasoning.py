@@ -1,4 +1,4 @@
-"""Reasoning spans in chat replies (LOC-CHAT-10, -40, -41, -57, -68): formats and splitting.
+"""Reasoning spans in chat replies (LOC-CHAT-10): formats and splitting.
 
 The formats are data (spec/policy/reasoning_formats.yaml): the markers that
 pick a model's span off its chat template, and the texts that open and close

@@ -1,5 +1,5 @@
 """Typed requests in, one complete frozen `GenerationRequest` out, with the
-cross-field rules the schema cannot say (OAI-CHAT-10, OAI-CHAT-12).
+cross-field rules the schema cannot say (OAI-CHAT-10).
 
 Everything the completion path needs from the body is read here, once: the
 prompts, sampling, tools, output format, thinking, scoring. Sampling fields a
@@ -68,7 +68,7 @@ class ThinkAsk:
     reasoning_effort: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GenerationRequest:
     """One chat or text completion request, whole: what it asks, typed."""
 
@@ -229,7 +229,7 @@ def _or(value: float | None, default: float) -> float:
 def _message(message: v1.ChatMessage, where: str) -> dict[str, Any]:
     """The parts of a message the template sees (the rest is reported by the policy).
 
-    Content is a string or text parts (LOC-CHAT-05/06); any other part (an
+    Content is a string or text parts (LOC-CHAT-05); any other part (an
     image, audio, a file) is refused naming it, never dropped (LOC-CHAT-08).
     A history call's `arguments` reaches the template as an object: the JSON
     string OpenAI clients send is parsed (templates write it with `tojson`);

@@ -8,7 +8,7 @@ and the metaschema. `check_combination()` refuses what cannot be combined
 with it, with `response_format_unsupported` (docs/DECISIONS.md). After
 generation, `OutputFormat.finish()` decides the choice's finish reason: a
 document the model ended is parsed and validated with jsonschema, and a
-failure is `500 constrained_output_invalid`, never a 200 (OAI-SO-08..10).
+failure is `500 constrained_output_invalid`, never a 200 (OAI-SO-08).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class OutputFormat:
         return Constraint(json.dumps(self.schema, separators=(",", ":")))
 
     def header(self) -> str:
-        """X-miLLM-Constrained (OAI-SO-06/07)."""
+        """X-miLLM-Constrained (OAI-SO-06)."""
         if self.kind == "json_object":
             return "json_object"
         return f"json_schema;name={hdr.sf_string(self.name)}"
@@ -113,7 +113,7 @@ def output_format(value: Mapping[str, Any] | None) -> OutputFormat | None:
 
 
 def check_combination(output: OutputFormat, *, stops: bool, scoring: bool, tools: bool) -> None:
-    """Refuse what cannot be combined with a constrained output (OAI-SO-15, -16, -26).
+    """Refuse what cannot be combined with a constrained output (OAI-SO-15).
 
     A stream is served (OAI-SO-14's refusal is superseded, docs/DECISIONS.md): its
     document is validated once it ends, and one that fails ends the stream in an error

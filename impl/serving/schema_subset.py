@@ -1,4 +1,4 @@
-"""The JSON Schema subset `response_format: json_schema` accepts (OAI-SO-20..25).
+"""The JSON Schema subset `response_format: json_schema` accepts (OAI-SO-20).
 
 `problems(schema)` walks a schema and names, by JSON pointer, every keyword
 outside the subset in spec/policy/json_schema_subset.yaml, every `$ref` that
@@ -24,7 +24,7 @@ from ..errors import ApiError
 PARAM = "response_format.json_schema.schema"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Subset:
     supported: Mapping[str, Mapping[str, Any]]
     ignored: frozenset[str]
@@ -41,11 +41,11 @@ def subset() -> Subset:
     raw = yaml.safe_load(text)
     limits = raw["limits"]
     return Subset(
-        raw["supported"],
-        frozenset(raw["ignored"]),
-        int(limits["max_bytes"]),
-        int(limits["max_depth"]),
-        int(limits["max_properties"]),
+        supported=raw["supported"],
+        ignored=frozenset(raw["ignored"]),
+        max_bytes=int(limits["max_bytes"]),
+        max_depth=int(limits["max_depth"]),
+        max_properties=int(limits["max_properties"]),
     )
 
 
@@ -70,11 +70,11 @@ def _walk(node: Any, pointer: str, depth: int, rules: Subset) -> Iterator[str]:
         if rule is None:
             yield f"{here}: keyword `{key}` is not supported"
             continue
-        yield from _check(key, value, here, depth, rule, rules)
+        yield from _check(key, value, here, depth, rule=rule, rules=rules)
 
 
 def _check(
-    key: str, value: Any, here: str, depth: int, rule: Mapping[str, Any], rules: Subset
+    key: str, value: Any, here: str, depth: int, *, rule: Mapping[str, Any], rules: Subset
 ) -> Iterator[str]:
     if "types" in rule:
         names = value if isinstance(value, list) else [value]
@@ -137,7 +137,7 @@ def problems(schema: Any) -> list[str]:
 
 
 def check(schema: Any) -> None:
-    """Raise `400 response_format_unsupported` naming every problem (OAI-SO-22..25)."""
+    """Raise `400 response_format_unsupported` naming every problem (OAI-SO-22)."""
     found = problems(schema)
     if found:
         raise ApiError(

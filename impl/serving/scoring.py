@@ -35,11 +35,11 @@ UNUSED_FIELDS = (
     "frequency_penalty",
     "presence_penalty",
     "stream_options",
-)  # no effect on one scored token (OAI-SCORE-14): reported as unused (OAI-VALID-02)
+)  # no effect on one scored token (OAI-SCORE-14), so reported as unused
 # `seed` is not among them: it is accepted and echoed, and changes nothing (OAI-SEED-10).
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScoringAsk:
     """The scoring fields of one request."""
 
@@ -61,7 +61,7 @@ class ScoringAsk:
 
 
 def _outside(param: str, message: str) -> ApiError:
-    """An id outside the vocabulary (OAI-ERR-16, OAI-SCORE-19)."""
+    """An id outside the vocabulary (OAI-SCORE-19)."""
     return ApiError("invalid_scoring_request", message, param)
 
 
@@ -104,7 +104,7 @@ def check_top_logprobs(top_logprobs: int | None, ask: ScoringAsk | None) -> None
 def check_mode(
     sent: Collection[str], *, max_tokens: int | None, n: int, stream: bool, temperature: float
 ) -> None:
-    """Scoring mode's rules (OAI-SCORE-09/10/26..30/32, OAI-CSCORE-04..07/24)."""
+    """Scoring mode's rules: max_tokens 1, n 1, no stream, a usable temperature, unsteered."""
     if max_tokens != 1:
         raise InvalidParameter(
             "max_tokens",

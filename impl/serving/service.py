@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import headers as hdr
 from ..engines.base import (
+    Capability,
     Engine,
     NonFiniteLogits,
     PrecisionUnavailable,
@@ -27,7 +28,7 @@ from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..settings import Settings
 from ..steering.live import LiveSteering
-from ..steering.request import Resolution, resolve
+from ..steering.request import Resolution, resolve_steering
 from ..steering.source import RequestSource
 from . import shapes
 from .admission import Admission
@@ -63,6 +64,7 @@ class CompletionService:
         manager: ModelManager,
         scheduler: Scheduler,
         executor: Executor,
+        *,
         live: LiveSteering,
         session: Session,
         bus: EventBus,
@@ -94,20 +96,20 @@ class CompletionService:
             if req.seed is not None:  # accepted and echoed; it changes nothing (OAI-SEED-10)
                 headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
             self._manager.refuse_if_busy()
-            plan = Plan(req, admission.entry, defaults=defaults)
+            plan = Plan(request=req, entry=admission.entry, defaults=defaults)
             return await self._score(plan, headers, req.scoring)
         echo = self._steering(req, admission.entry).echo
         if req.steering.intensity is not None and echo is not None:
             headers[hdr.STEERING_INTENSITY] = repr(float(echo))
         self._manager.refuse_if_busy()
-        req = defaults.apply(req, seeds="seed" in admission.capabilities)
+        req = defaults.apply(req, seeds=Capability.SEED in admission.capabilities)
         if req.seed is not None:  # the request's, or the config's (docs/LOCAL.md)
             headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
         if req.output is not None:
             headers[hdr.CONSTRAINED] = req.output.header()
         used = without_unused(req, [*admission.ignored, *unused])  # an unused field does nothing
         used = used if thinking is None else with_thinking(used, thinking)
-        plan = Plan(used, admission.entry, defaults=defaults)
+        plan = Plan(request=used, entry=admission.entry, defaults=defaults)
         return await (self._stream(plan, headers) if req.stream else self._reply(plan, headers))
 
     def _refusals(
@@ -138,7 +140,7 @@ class CompletionService:
         if req.endpoint != "chat" or not admission.honours("think"):
             return unused, None
         forced = req.tools is not None and req.tools.forced
-        thinking, overridden = settle(  # LOC-CHAT-29..32
+        thinking, overridden = settle(  # LOC-CHAT-29
             req.think,
             defaults.think,
             constrained=req.output is not None or forced,
@@ -150,15 +152,17 @@ class CompletionService:
 
     def _steering(self, req: GenerationRequest, entry: ModelEntry) -> Resolution:
         """The request's steering against the live state; its refusals come before any load."""
-        if "steering" not in self._manager.capabilities(entry):
+        if Capability.STEERING not in self._manager.capabilities(entry):
             return Resolution(None)  # the policy refused the steering fields already
         resident = self._manager.engine_if_resident(entry) is not None
-        return resolve(req.steering, self._live, entry.model_id, resident)
+        return resolve_steering(req.steering, self._live, entry.model_id, resident)
 
     def _start_steering(self, plan: Plan, engine: Engine) -> None:
         """Resolve again now that the slot is held: the state may have moved while queued."""
-        if "steering" in engine.capabilities:
-            resolved = resolve(plan.request.steering, self._live, plan.entry.model_id, True)
+        if Capability.STEERING in engine.capabilities:
+            resolved = resolve_steering(
+                plan.request.steering, self._live, plan.entry.model_id, True
+            )
             plan.steering = RequestSource(self._live, plan.entry.model_id, resolved.override)
 
     # -- scoring -----------------------------------------------------------------
@@ -183,7 +187,7 @@ class CompletionService:
         usage = shapes.usage(sum(len(ids) for ids in plan.prompt_ids), len(choices))
         body = env.body(choices, usage, shapes.fingerprint(engine.facts))
         headers = {**headers, hdr.STEERING: "none"}
-        if ask.precision is not None:  # echoed only when sent (OAI-F32-10..12)
+        if ask.precision is not None:  # echoed only when sent (OAI-F32-10)
             body["scoring_precision"] = ask.precision
             headers[hdr.SCORING_PRECISION] = ask.precision
         return Reply(body, headers)
@@ -253,7 +257,12 @@ class CompletionService:
         if not self._bus.listening:
             return None
         n_prompt = len(plan.prompt_ids[i])
-        return Meter(self._bus.publish, plan.budgets[i], n_prompt, self._manager.load_seconds)
+        return Meter(
+            emit=self._bus.publish,
+            steps=plan.budgets[i],
+            n_prompt=n_prompt,
+            load_s=self._manager.load_seconds,
+        )
 
     async def _generate_all(
         self, plan: Plan, engine: Engine, ticket: Ticket
@@ -264,7 +273,7 @@ class CompletionService:
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
-                work = job(plan, i, rng, ticket, self._meter(plan, i))
+                work = job(plan, i, rng, ticket, meter=self._meter(plan, i))
                 text, end = await self._collect(engine, work)
                 choices.append(plan.choice(len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
@@ -325,7 +334,7 @@ class CompletionService:
             last = len(plan.request.prompts) - 1
             with self._generating():
                 for i in range(last + 1):
-                    async for item in self._choice_chunks(plan, engine, out, i, ticket):
+                    async for item in self._choice_chunks(plan, engine, out, i, ticket=ticket):
                         if isinstance(item, _Finished):
                             tally.add(item.end, first_of_prompt=True)
                             # one usage per stream: the whole request's, never per choice
@@ -338,13 +347,13 @@ class CompletionService:
             self._scheduler.leave(ticket)
 
     async def _choice_chunks(
-        self, plan: Plan, engine: Engine, out: shapes.Chunks, i: int, ticket: Ticket
+        self, plan: Plan, engine: Engine, out: shapes.Chunks, i: int, *, ticket: Ticket
     ) -> AsyncIterator[dict[str, Any] | _Finished]:
         """Prompt i's content chunks, then its finish (the caller adds the usage)."""
         endpoint = plan.request.endpoint
         if endpoint == "chat":
             yield out.content([shapes.delta(endpoint, i, "", None, role=True)])
-        work = job(plan, i, engine.new_rng(plan.request.seed), ticket, self._meter(plan, i))
+        work = job(plan, i, engine.new_rng(plan.request.seed), ticket, meter=self._meter(plan, i))
         reply = plan.reply_stream(i)
         document: list[str] = []  # a constrained reply, validated once it ends
         async for event in choice_events(engine, work, self._executor):

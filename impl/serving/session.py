@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from ..engines.base import ENGINE_NAMES
 from ..errors import ApiError
 from ..models.experts import experts_used
 from ..models.listing import architecture
@@ -55,6 +56,7 @@ class Session:
         manager: ModelManager,
         scheduler: Scheduler,
         bus: EventBus,
+        *,
         launch_id: str | None,
         locator: ModelLocator,
     ) -> None:
@@ -74,7 +76,7 @@ class Session:
             self._bus.publish("state", self.info())
 
     def info(self) -> dict[str, Any]:
-        """`GET /api/info` (LOC-INFO-01..19)."""
+        """`GET /api/info` (LOC-INFO-01)."""
         state, error = self._manager.session_state()
         memory = psutil.virtual_memory()
         return {
@@ -96,7 +98,7 @@ class Session:
         resident = self._manager.resident
         if resident is None:
             return None
-        entry, engine = resident
+        entry, engine = resident.entry, resident.engine
         threads = engine.facts.threads or (os.cpu_count() or 1)
         return {
             "id": entry.model_id,
@@ -108,7 +110,7 @@ class Session:
             "load_s": round(self._manager.load_seconds, 3),
             "n_expert_used": experts_used(entry.path),
             "streaming": False,
-            "engine": "llama.cpp" if entry.engine == "gguf" else "transformers",
+            "engine": ENGINE_NAMES[entry.engine],
             "compute_threads": threads,
             "busy_threads": threads,
         }
@@ -155,7 +157,7 @@ class Session:
             self._loading = False
 
     async def unload(self) -> bool:
-        """Cancel the running generation, then release the model (LOC-UNLOAD-01..03)."""
+        """Cancel the running generation, then release the model (LOC-UNLOAD-01)."""
         self._scheduler.cancel_holder()
         async with self._scheduler.hold(front=True):
             return await self._manager.unload()

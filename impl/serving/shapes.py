@@ -93,6 +93,7 @@ def choice(
     index: int,
     text: str | None,
     finish_reason: str,
+    *,
     calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One choice; a chat reply with `calls` carries them as `tool_calls` (OAI-TOOLS-04).
@@ -118,6 +119,7 @@ def delta(
     index: int,
     text: str | None,
     finish_reason: str | None,
+    *,
     role: bool = False,
     calls: list[dict[str, Any]] | None = None,
     reasoning: str | None = None,

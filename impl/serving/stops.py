@@ -1,4 +1,4 @@
-"""Stop sequences over streamed text, with hold-back (OAI-CHAT-20, -21).
+"""Stop sequences over streamed text, with hold-back (OAI-CHAT-20).
 
 `StopMatcher.push` releases text as soon as it cannot be the start of a stop
 sequence and holds back the rest. When a stop sequence completes, the text

@@ -56,7 +56,7 @@ def _majflt() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Meter:
     """Measures one generation and reports through `emit(name, data)`.
 

@@ -41,7 +41,7 @@ class Thinking:
     source: str | None = None
 
 
-def resolve(
+def think_setting(
     think: bool | None,
     enable_thinking: bool | None,
     reasoning_effort: str | None,
@@ -80,7 +80,7 @@ def settle(
     thinking is off, so the field that asked for it had none either.
     """
     sent = _asked(ask, kwargs_honoured)
-    decided = resolve(
+    decided = think_setting(
         sent.get("think"), sent.get(KWARG), sent.get("reasoning_effort"), think_default
     )
     unused = [where for where in sent if where != decided.source]

@@ -1,4 +1,4 @@
-"""Function-calling call formats and reply parsers (OAI-TOOLS-08..11, -14, -15, -17, -21).
+"""Function-calling call formats and reply parsers (OAI-TOOLS-08).
 
 The formats are data (spec/policy/tool_call_formats.yaml): the markers that pick
 a model's format off its chat template, and the openings that force a call.
@@ -60,7 +60,7 @@ Calls = Iterator[tuple[object, object]]
 Reader = Callable[[str], tuple[str, Calls] | None]  # None: no call starts in the text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CallFormat:
     name: str
     markers: tuple[str, ...]  # any of these in the template text selects this format
@@ -73,7 +73,7 @@ class CallFormat:
     whole_reply: bool = False  # a call is the whole reply: it can only start at its start
 
     def opening(self, name: str | None) -> str:
-        """Text after the generation prompt that opens a call (OAI-TOOLS-14, -15)."""
+        """Text after the generation prompt that opens a call (OAI-TOOLS-14)."""
         if name is None:
             return self.required
         return Template(self.named).substitute(name=_QUOTES[self.quote_name](name))
@@ -96,7 +96,7 @@ class CallFormat:
 
     def safe_prefix(self, text: str) -> tuple[int, bool]:
         """How much of a reply so far cannot belong to a call, and whether a call may have
-        begun (from then on everything is held, OAI-TOOLS-05/06)."""
+        begun (from then on everything is held, OAI-TOOLS-05)."""
         if self.whole_reply:
             body = text.lstrip()
             if not body:

@@ -3,7 +3,7 @@
 `tool_ask()` reads `tools`, `tool_choice` and `parallel_tool_calls` before
 any load. Once the model is resident, `tool_plan()` reads its call format off
 its chat template (toolcalls.py), and fixes the opening a forced call appends
-to the render (OAI-TOOLS-14/15) and, where the format's arguments are JSON,
+to the render (OAI-TOOLS-14) and, where the format's arguments are JSON,
 the grammar of what follows it, so a forced call always parses. A template
 that takes no tools (or none at all) gets the generic format (generic.py):
 the server shows the tools and the reply is one constrained JSON document. A
@@ -11,7 +11,7 @@ template that takes tools in a format none of these read refuses them
 (OAI-TOOLS-24). The reply is parsed back into OpenAI `tool_calls`; one that
 does not parse is plain content (OAI-TOOLS-21). `CallBuffer` lets a stream
 send the text before a call as content and hold the call itself
-(OAI-TOOLS-05/06).
+(OAI-TOOLS-05).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .generic import GENERIC, DocumentBuffer, GenericFormat
 from .toolcalls import CallFormat, ParsedReply, ToolCall, format_of, takes_tools
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolAsk:
     """What the request asks: the tools, how to choose (auto, none, required, function)."""
 
@@ -42,7 +42,7 @@ class ToolAsk:
 
     @property
     def forced(self) -> bool:
-        """A call is required: the reply opens with one (OAI-TOOLS-14, -15)."""
+        """A call is required: the reply opens with one (OAI-TOOLS-14)."""
         return self.choice in {"required", "function"}
 
     @property
@@ -91,8 +91,12 @@ def tool_ask(
                 "tool_choice",
                 f"tool_choice forces `{name}`, which is not in `tools` ({', '.join(names)}).",
             )
-        return ToolAsk(tools, "function", name, 1, parallel is True)  # one named call
-    return ToolAsk(tools, str(choice or "auto"), None, limit, parallel is True)
+        return ToolAsk(
+            tools=tools, choice="function", name=name, limit=1, parallel=parallel is True
+        )  # one named call
+    return ToolAsk(
+        tools=tools, choice=str(choice or "auto"), name=None, limit=limit, parallel=parallel is True
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +214,7 @@ def format_header(plan: ToolPlan | None) -> dict[str, str]:
 
 
 def wire_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
-    """OpenAI's `tool_calls` (OAI-TOOLS-04, -06), each with a fresh `call_` id."""
+    """OpenAI's `tool_calls` (OAI-TOOLS-04), each with a fresh `call_` id."""
     return [
         {
             "index": i,

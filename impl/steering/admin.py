@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..engines.base import Capability
 from ..errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..store.profiles import Profile, ProfileError, ProfileNotFound
@@ -50,7 +51,7 @@ class SteeringAdmin:
 
     def _resident_id(self) -> str | None:
         resident = self._manager.resident
-        return None if resident is None else resident[0].model_id
+        return None if resident is None else resident.entry.model_id
 
     def _model(self, model: str | None) -> str:
         """The model an attachment path means: `model`, else the resident one."""
@@ -138,15 +139,17 @@ class SteeringAdmin:
         resident = self._manager.resident
         if resident is None:
             raise ApiError("no_model", "No model is loaded to attach an SAE to.", "sae_id")
-        entry, engine = resident
-        if "steering" not in engine.capabilities:
+        entry, engine = resident.entry, resident.engine
+        if Capability.STEERING not in engine.capabilities:
             raise InvalidParameter(
                 "sae_id",
                 f"The resident model `{entry.model_id}` runs on {entry.engine}, which cannot be "
                 "steered; SAEs attach to transformers models only.",
             )
         facts = engine.facts
-        created = self._live.attach(entry.model_id, sae_id, layer, facts.d_model, facts.n_layers)
+        created = self._live.attach(
+            entry.model_id, sae_id, layer, width=facts.d_model, depth=facts.n_layers
+        )
         sae = self._live.saes.get(sae_id)
         at = sae.layer if layer is None else layer
         return self._change(self._live.find(entry.model_id, sae_id, at)), created
@@ -237,7 +240,7 @@ class SteeringAdmin:
                 sae_id,
                 layer,
                 list(strengths.items()),
-                description or "",
+                description=description or "",
                 intensity=1.0 if intensity is None else intensity,
                 intensity_range=intensity_range,
             )

@@ -26,7 +26,7 @@ from .sae import SAE
 KINDS = ("profile", "inline", "manual")
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, kw_only=True)
 class Item:
     """One SAE at one layer, as applied."""
 
@@ -49,9 +49,9 @@ class Item:
                 self.source,
                 self.intensity,
                 sae_id,
-                self.layer,
-                self.applied,
-                self.clamped,
+                layer=self.layer,
+                applied=self.applied,
+                clamped=self.clamped,
             )
         if self.kind == "inline":
             return inline_member(sae_id, self.layer, self.applied, self.clamped)
@@ -96,7 +96,17 @@ def item(
         indices = torch.tensor(list(applied), dtype=torch.long)
         values = torch.tensor(list(applied.values()), dtype=torch.float64)
         vector = (values.to(sae.W_dec.dtype) @ sae.W_dec[indices]).contiguous()
-    return Item(kind, sae, layer, MappingProxyType(applied), clamped, vector, name, source, scale)
+    return Item(
+        kind=kind,
+        sae=sae,
+        layer=layer,
+        applied=MappingProxyType(applied),
+        clamped=clamped,
+        vector=vector,
+        name=name,
+        source=source,
+        intensity=scale,
+    )
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -76,7 +76,7 @@ def requested(features: Iterable[Feature]) -> dict[int, float]:
 
 
 def applied_set(features: Iterable[Feature]) -> dict[int, float]:
-    """Index -> applied strength: clamped to ±200, zeros dropped (OAI-HASH-03..05)."""
+    """Index -> applied strength: clamped to ±200, zeros dropped (OAI-HASH-03)."""
     applied = {index: clamp(strength) for index, strength in requested(features).items()}
     return {index: strength for index, strength in applied.items() if strength != 0.0}
 
@@ -87,7 +87,7 @@ def clamped_count(features: Iterable[Feature]) -> int:
 
 
 def canonical_form(sae_id: str, features: Iterable[Feature]) -> str:
-    """The canonical text that is hashed (OAI-HASH-07..12)."""
+    """The canonical text that is hashed (OAI-HASH-07)."""
     applied = applied_set(features)
     lines = [HEADER_LINE, f"sae={sae_id}"]
     lines += [f"{i}:{struct.pack('>d', applied[i]).hex()}" for i in sorted(applied)]

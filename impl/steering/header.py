@@ -53,7 +53,7 @@ def _check_intensity(value: float) -> None:
         raise ValueError(f"intensity must be a finite number, not {value!r}")
 
 
-def _check_sae_item(sae: str, layer: int, features: int, hash: str, clamped: int) -> None:
+def _check_sae_item(sae: str, layer: int, features: int, hash: str, *, clamped: int) -> None:
     _check_string("sae", sae)
     _check_int("layer", layer)
     _check_int("features", features)
@@ -81,7 +81,7 @@ class Unknown:
             raise ValueError(f"reason must be one of {REASONS}, not {self.reason!r}")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProfileMember:
     """`profile`: a named profile at intensity λ (from the request or globally active)."""
 
@@ -101,10 +101,10 @@ class ProfileMember:
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, not {self.source!r}")
         _check_intensity(self.intensity)
-        _check_sae_item(self.sae, self.layer, self.features, self.hash, self.clamped)
+        _check_sae_item(self.sae, self.layer, self.features, self.hash, clamped=self.clamped)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class InlineMember:
     """`inline`: the request's own `steering` set."""
 
@@ -116,10 +116,10 @@ class InlineMember:
     changed: bool = False
 
     def __post_init__(self) -> None:
-        _check_sae_item(self.sae, self.layer, self.features, self.hash, self.clamped)
+        _check_sae_item(self.sae, self.layer, self.features, self.hash, clamped=self.clamped)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ManualMember:
     """`manual`: live values set directly, claimed by no profile, circuit or request."""
 
@@ -130,7 +130,7 @@ class ManualMember:
     changed: bool = False
 
     def __post_init__(self) -> None:
-        _check_sae_item(self.sae, self.layer, self.features, self.hash, 0)
+        _check_sae_item(self.sae, self.layer, self.features, self.hash, clamped=0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -175,13 +175,16 @@ def profile_member(
     source: str,
     intensity: float,
     sae_id: str,
+    *,
     layer: int,
     applied: Mapping[int, float],
     clamped: int = 0,
 ) -> ProfileMember:
     """The `profile` member; `applied` holds clamp(stored × λ) per index."""
     fields = sae_fields(sae_id, applied)
-    return ProfileMember(name, source, float(intensity), layer=layer, clamped=clamped, **fields)
+    return ProfileMember(
+        name=name, source=source, intensity=float(intensity), layer=layer, clamped=clamped, **fields
+    )
 
 
 def with_changed(members: Sequence[Member]) -> list[Member]:

@@ -145,7 +145,9 @@ class LiveSteering:
 
     # -- operator changes (event loop) ------------------------------------------------
 
-    def attach(self, model_id: str, sae_id: str, layer: int | None, width: int, depth: int) -> bool:
+    def attach(
+        self, model_id: str, sae_id: str, layer: int | None, *, width: int, depth: int
+    ) -> bool:
         """Attach SAE `sae_id` at `layer` (default: its hook layer); False if it already was.
 
         `width` and `depth` are the resident model's d_model and layer count.

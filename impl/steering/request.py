@@ -1,6 +1,6 @@
 """A request's own steering: `profile`, `steering_intensity`, inline `steering`.
 
-`resolve()` turns the three fields into what the request runs under,
+`resolve_steering()` turns the three fields into what the request runs under,
 against the live state, or refuses with the documented 4xx:
 
     steering       the given set on one attached SAE, every other SAE off
@@ -9,7 +9,7 @@ against the live state, or refuses with the documented 4xx:
                    scaled by the request's λ or the profile's stored dial
     λ only         the base (active profile, else the live values) scaled
                    by λ; other live values stay as they are (OAI-DIAL-10)
-    λ = 0 / "off"  unsteered, the base not validated (OAI-DIAL-11/12)
+    λ = 0 / "off"  unsteered, the base not validated (OAI-DIAL-11)
     nothing        the global state, as the operator leaves it
 
 The result's `override` is None when the request follows the global state;
@@ -56,7 +56,9 @@ class Resolution:
     echo: float | None = None
 
 
-def resolve(ask: SteeringAsk, live: LiveSteering, model_id: str, resident: bool) -> Resolution:
+def resolve_steering(
+    ask: SteeringAsk, live: LiveSteering, model_id: str, resident: bool
+) -> Resolution:
     """What the request runs under; refusals raise ApiError before any generation.
 
     `resident` says whether `model_id` is the resident model (an SAE steers
@@ -154,7 +156,7 @@ def _find(live: LiveSteering, name: str) -> Profile:
 
 
 def _off_echo(ask: SteeringAsk, live: LiveSteering, attached: Sequence[Attachment]) -> float | None:
-    """λ=0 echoes 0.0 only for a known profile with an SAE attached (OAI-SINT-03..05)."""
+    """λ=0 echoes 0.0 only for a known profile with an SAE attached (OAI-SINT-03)."""
     if ask.profile is None or not attached:
         return None
     try:

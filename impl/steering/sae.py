@@ -33,7 +33,7 @@ class SAEFormatError(ValueError):
     """A folder that is not a usable SAELens-layout SAE, or an SAE that does not fit the model."""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, kw_only=True)
 class SAE:
     """One sparse autoencoder: features are `encode(x)`, reconstructions `decode(features)`."""
 

@@ -30,7 +30,7 @@ class ProfileNotFound(KeyError):
     """No profile has this name."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
     name: str
     sae_id: str
@@ -92,8 +92,8 @@ class ProfileStore:
         sae_id: str,
         layer: int,
         features: Sequence[Mapping[str, object]] | Sequence[tuple[int, float]],
-        description: str = "",
         *,
+        description: str = "",
         intensity: float = 1.0,
         intensity_range: Sequence[float] | None = None,
     ) -> Profile:
@@ -124,15 +124,15 @@ class ProfileStore:
                 ),
             )
         return Profile(
-            name,
-            sae_id,
-            layer,
-            pairs,
-            description,
-            created,
-            now,
-            float(intensity),
-            None if bounds is None else (bounds[0], bounds[1]),
+            name=name,
+            sae_id=sae_id,
+            layer=layer,
+            features=pairs,
+            description=description,
+            created=created,
+            updated=now,
+            intensity=float(intensity),
+            intensity_range=None if bounds is None else (bounds[0], bounds[1]),
         )
 
     def get(self, name: str) -> Profile:
@@ -178,13 +178,13 @@ def _profile(row: Sequence[object]) -> Profile:
     pairs = tuple((int(i), float(s)) for i, s in json.loads(str(features)))
     declared = None if bounds is None else tuple(float(v) for v in json.loads(str(bounds)))
     return Profile(
-        str(name),
-        str(sae_id),
-        int(str(layer)),
-        pairs,
-        str(description),
-        float(str(created)),
-        float(str(updated)),
-        float(str(intensity)),
-        None if declared is None else (declared[0], declared[1]),
+        name=str(name),
+        sae_id=str(sae_id),
+        layer=int(str(layer)),
+        features=pairs,
+        description=str(description),
+        created=float(str(created)),
+        updated=float(str(updated)),
+        intensity=float(str(intensity)),
+        intensity_range=None if declared is None else (declared[0], declared[1]),
     )

@@ -113,7 +113,8 @@ def served(request: pytest.FixtureRequest) -> tuple[TestClient, str, Engine]:
         client, model = request.getfixturevalue("gguf"), GGUF_ID
     else:
         client, model = request.getfixturevalue("client"), MODEL_ID
-    entry, engine = client.app.state.manager.resident  # type: ignore[attr-defined]
+    resident = client.app.state.manager.resident  # type: ignore[attr-defined]
+    entry, engine = resident.entry, resident.engine
     assert entry.model_id == model
     return client, model, engine
 
@@ -164,7 +165,7 @@ def test_token_id_lists_give_one_choice_each(served: tuple[TestClient, str, Engi
 def test_a_streamed_token_id_prompt_equals_the_plain_reply(client: TestClient) -> None:
     """Issue 15 item 4, OAI-STREAM (transformers): a streamed id prompt gives the same text
     and token counts as the non-streamed one (the second run may reuse the first's prefix)."""
-    ids = client.app.state.manager.resident[1].tokenize(TEXTS[1])  # type: ignore[attr-defined]
+    ids = client.app.state.manager.resident.engine.tokenize(TEXTS[1])  # type: ignore[attr-defined]
     body = complete(ids, temperature=0, max_tokens=6, stream=True)
     body["stream_options"] = {"include_usage": True}
     with client.stream("POST", CMPL, json=body) as response:
@@ -253,7 +254,7 @@ def test_a_scored_token_id_prompt_equals_its_text(client: TestClient) -> None:
     """Issue 15 item 4, OAI-SCORE-01, OAI-SCORE-15, OAI-SCORE-16: scoring a prompt given as
     ids gives the same log-probabilities as its text; `text_offset` is the length of the
     text the ids stand for."""
-    ids = client.app.state.manager.resident[1].tokenize(TEXTS[0])  # type: ignore[attr-defined]
+    ids = client.app.state.manager.resident.engine.tokenize(TEXTS[0])  # type: ignore[attr-defined]
     fields = {"max_tokens": 1, "logprobs": 5, "temperature": 0}
     text = client.post(CMPL, json=complete(TEXTS[0], **fields))
     tokens = client.post(CMPL, json=complete([ids, ids], **fields))

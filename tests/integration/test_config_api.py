@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
-from miserver.models.manager import ModelManager
+from miserver.models.manager import ModelManager, Resident
 from miserver.serving.config import SETTINGS_FILE, ConfigService
 from miserver.serving.params import table
 from miserver.settings import Settings
@@ -295,7 +295,7 @@ class Manager:
     """Just what the config reads of the model manager: the resident session."""
 
     def __init__(self) -> None:
-        self.resident: tuple[object, object] | None = None
+        self.resident: Resident | None = None
         self.on_change: Any = None
 
     def entry(self, model_id: str) -> object:
@@ -326,13 +326,15 @@ def test_reload_required_follows_the_loaded_session(tmp_path: Path) -> None:
     needs a reload; a request-scoped one does not; the next load clears it."""
     service, _, manager = _service(tmp_path)
     assert service.update({"ctx-size": 4096})["reload_required"] is False  # nothing loaded
-    manager.resident = (object(), object())
+    manager.resident = Resident(cast(Any, object()), cast(Any, object()))
     manager.on_change()
     assert service.update({"n-predict": 64, "think": True})["reload_required"] is False
     assert service.update({"ctx-size": 2048})["reload_required"] is True
     assert service.update({"ctx-size": 4096})["reload_required"] is False  # as loaded
     service.update({"batch-size": 256})
-    manager.resident = (object(), object())  # loaded again, with the new values
+    manager.resident = Resident(
+        cast(Any, object()), cast(Any, object())
+    )  # loaded again, with the new values
     manager.on_change()
     assert service.view()["reload_required"] is False
 

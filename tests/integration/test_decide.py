@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt, Decision
 from miserver.engines.transformers import TransformersEngine
-from miserver.serving.decide import answer
+from miserver.serving.decisions import answer
 from miserver.settings import Settings
 from tests.conftest import LocalClient, cache_dir
 from tests.integration.test_refusals import error_of
@@ -52,7 +52,7 @@ def decide(client: TestClient, suffix: str, **extra: Any) -> Any:
 
 
 def engine_of(client: TestClient) -> TransformersEngine:
-    _, engine = client.app.state.manager.resident  # type: ignore[attr-defined]
+    engine = client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     assert isinstance(engine, TransformersEngine)
     return engine
 
@@ -125,14 +125,25 @@ def test_a_cancelled_decision_stops_between_prefill_chunks(client: TestClient) -
     ids, prefix = engine.render_split(PREFIX, "\nWhich?")
     cancel = threading.Event()
     cancel.set()
-    decision = engine.decide(ids, prefix, [1, 2], True, cancel)
+    decision = engine.prefill_choices(ids, prefix, [1, 2], reuse=True, cancel=cancel)
     assert decision.cancelled and decision.n_prefilled == 0 and decision.logps == ()
     assert answer(decision)["best"] is None
 
 
 def test_minus_infinity_is_null_and_best_skips_it() -> None:
     """LOC-DECIDE-19, LOC-DECIDE-21."""
-    decision = Decision(False, (None, -2.0, -0.5), 3, 0, 3, 0.0, 0.0, 0.1, 0.1, 0.0)
+    decision = Decision(
+        cancelled=False,
+        logps=(None, -2.0, -0.5),
+        n_tokens=3,
+        n_reused=0,
+        n_prefilled=3,
+        restore_s=0.0,
+        store_s=0.0,
+        prefill_s=0.1,
+        prefill_cpu_s=0.1,
+        prefix_state_mib=0.0,
+    )
     got = answer(decision)
     assert got["choice_logp"] == [None, -2.0, -0.5] and got["best"] == 2
 
@@ -155,7 +166,7 @@ def test_decide_on_llama_cpp_keeps_its_prefix_state_across_a_chat(gguf_client: T
     assert gguf_client.post("/v1/chat/completions", json={**chat, "max_tokens": 4}).is_success
     warm = decide(gguf_client, "\nIs grass red? Answer yes or no.").json()
     assert warm["n_reused"] > 100 and warm["n_prefilled"] < 40
-    _, engine = gguf_client.app.state.manager.resident  # type: ignore[attr-defined]
+    engine = gguf_client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     engine.context.llama.reset()  # nothing to reuse: a full prefill
     cold = decide(gguf_client, "\nIs grass red? Answer yes or no.", reuse_prefix=False).json()
     assert cold["n_reused"] == 0

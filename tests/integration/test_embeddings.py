@@ -113,14 +113,15 @@ def smol_direct(engine: Engine, text: str, pooling: str = "mean") -> np.ndarray:
 
 def resident_id(client: TestClient) -> str | None:
     resident = client.app.state.manager.resident  # type: ignore[attr-defined]
-    return None if resident is None else str(resident[0].model_id)
+    return None if resident is None else str(resident.entry.model_id)
 
 
 def resident_engine(client: TestClient, model: str) -> Engine:
     """`model`'s engine, made resident by a one-word embedding if it is not yet."""
     if resident_id(client) != model:
         vectors(embed(client, model, "warm"))
-    entry, engine = client.app.state.manager.resident  # type: ignore[attr-defined]
+    resident = client.app.state.manager.resident  # type: ignore[attr-defined]
+    entry, engine = resident.entry, resident.engine
     assert entry.model_id == model
     return engine  # type: ignore[no-any-return]
 
@@ -442,7 +443,7 @@ def test_minilm_matches_automodel(
         n = int(mask[i].sum())
         assert_close(row, pooled(hidden[i, :n], pooling))
     assert resident_id(server) == MINILM_ID
-    assert server.app.state.manager.resident[1].capabilities == {"embeddings"}  # type: ignore[attr-defined]
+    assert server.app.state.manager.resident.engine.capabilities == {"embeddings"}  # type: ignore[attr-defined]
 
 
 def test_minilm_special_tokens_are_real_tokens(server: TestClient, minilm: tuple[Any, Any]) -> None:

@@ -60,7 +60,7 @@ def top(response: Any) -> dict[str, float]:
 
 def reference(models: Path, client: TestClient) -> dict[str, float]:
     """log_softmax of an independent float32 forward of the same ids."""
-    _, engine = client.app.state.manager.resident  # type: ignore[attr-defined]
+    engine = client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     ids = engine.tokenize(PROMPT)
     model = AutoModelForCausalLM.from_pretrained(models / BF16_MODEL_ID, dtype=torch.float32)
     with torch.inference_mode():
@@ -77,7 +77,7 @@ def test_float32_scoring_agrees_with_an_independent_float32_forward(
 ) -> None:
     """OAI-F32-01/02/26, issue #5 acceptance (float32 path within 1e-5); F32-10: the echo;
     F32-03: the served weights stay bfloat16."""
-    _, engine = bf16.app.state.manager.resident  # type: ignore[attr-defined]
+    engine = bf16.app.state.manager.resident.engine  # type: ignore[attr-defined]
     served = next(engine.model.parameters())
     before = served.detach().clone()
     response = score(bf16, scoring_precision="float32")
@@ -148,7 +148,7 @@ def test_a_float32_model_is_scored_as_it_is(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """OAI-F32-07: SmolLM2 served in float32 is scored as it is, with no copy."""
-    _, engine = client.app.state.manager.resident  # type: ignore[attr-defined]
+    engine = client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     assert next(engine.model.parameters()).dtype == torch.float32
 
     def no_copy(_: object) -> None:

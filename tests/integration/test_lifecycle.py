@@ -75,7 +75,7 @@ def chat(model: str, **extra: Any) -> dict[str, Any]:
 
 def resident(server: Server) -> str | None:
     found = server.state.manager.resident
-    return found[0].model_id if found else None
+    return found.entry.model_id if found else None
 
 
 def test_gguf_names_and_bare_repository_refusals(tmp_path: Path, models_dir: Path) -> None:

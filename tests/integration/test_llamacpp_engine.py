@@ -442,8 +442,8 @@ def test_penalty_formula_equals_the_transformers_engine(frequency: float, presen
         torch.from_numpy(logits),
         torch.from_numpy(ids),
         torch.from_numpy(counts.astype(np.float32)),
-        frequency,
-        presence,
+        frequency=frequency,
+        presence=presence,
     )
     np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
 

@@ -311,17 +311,28 @@ def test_info_reads_the_model(
     """LOC-INFO-14, -15, REQ-003 open point 15: `think_ctl` is `template` only when the
     chat template reads `enable_thinking`, `always` when it writes a reasoning span it cannot
     turn off, `none` otherwise (SmolLM2's own); `n_expert_used` is the model's own
-    `num_experts_per_tok`, 0 for a dense model."""
+    `num_experts_per_tok`, 0 for a dense model. LOC-INFO-03, -04, -08, -18 (adapted): no
+    overlap and no planner, so a load never reports `planning`, and every busy thread is a
+    compute thread."""
     settings = Settings(
         data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID, models_dir=info_models
     )
+    states: list[str] = []
+
+    def loaded(found: dict[str, Any]) -> bool:
+        states.append(found["state"])
+        return found["state"] in {"ready", "error"}
+
     with LocalClient(Server(settings, preload=False)) as client:
         response = client.post("/api/session/load", json={"model": model}, headers=JSON)
         assert response.status_code == 202
-        info = wait_until(client, lambda found: found["state"] in {"ready", "error"})
+        info = wait_until(client, loaded)
     assert info["state"] == "ready", info["error"]
     assert info["model"]["id"] == model
     assert (info["model"]["think_ctl"], info["model"]["n_expert_used"]) == (think_ctl, experts)
+    assert info["overlap_available"] is False and info["planner_available"] is False
+    assert "planning" not in states
+    assert info["model"]["busy_threads"] == info["model"]["compute_threads"]
 
 
 @pytest.mark.model

@@ -45,11 +45,11 @@ def test_models_dir_is_listed_and_a_named_model_loads_first(
         assert response.headers["X-miLLM-Model"] == "smol-hf"
         assert response.json()["model"] == "smol-hf"
         resident = server.state.manager.resident
-        assert resident is not None and resident[0].model_id == "smol-hf"
+        assert resident is not None and resident.entry.model_id == "smol-hf"
         again = client.post("/v1/chat/completions", json={**body, "model": MODEL_ID})
         assert again.json()["choices"] == response.json()["choices"]
         resident = server.state.manager.resident
-        assert resident is not None and resident[0].model_id == MODEL_ID
+        assert resident is not None and resident.entry.model_id == MODEL_ID
 
 
 def test_unused_fields_are_logged_once_without_values(

@@ -298,7 +298,7 @@ def test_the_llama_cpp_template_renders_enable_thinking_as_transformers_does(
 
     source = (TEMPLATES / "qwen3.jinja").read_text("utf-8")
     reply(client, {"model": QWEN3, "messages": HI, "max_tokens": 1})  # QWEN3 resident
-    engine = client.app.state.manager.resident[1]  # type: ignore[attr-defined]
+    engine = client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     tokens = {"bos_token": "", "eos_token": "<|im_end|>"}
     template = llama_chat.ChatTemplate(source, tokens, None)
     for enabled in (True, False):

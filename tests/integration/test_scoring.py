@@ -49,7 +49,7 @@ LAST_ROW_TOL = 1e-9
 
 
 def engine_of(client: TestClient) -> TransformersEngine:
-    engine = client.app.state.manager.resident[1]  # type: ignore[attr-defined]
+    engine = client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     assert isinstance(engine, TransformersEngine)
     return engine
 

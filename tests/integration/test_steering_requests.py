@@ -88,7 +88,7 @@ def plain_text(server: TestClient) -> str:
 @pytest.fixture(scope="module")
 def strong(server: TestClient) -> int:
     """A feature that fires on the prompt, so steering along it changes the answer."""
-    _, engine = server.app.state.manager.resident  # type: ignore[attr-defined]
+    engine = server.app.state.manager.resident.engine  # type: ignore[attr-defined]
     sae = server.app.state.steering.saes.get(SAE_ID)  # type: ignore[attr-defined]
     captured: list[torch.Tensor] = []
     layer = engine.model.model.layers[sae.layer]
@@ -674,7 +674,7 @@ def test_steering_on_a_gguf_model_is_refused_before_any_load(
     body = {"model": GGUF_ID, "messages": USER, "max_tokens": 8, **extra}
     error_of(server.post(CHAT, json=body), 400, "field_not_honoured", next(iter(extra)))
     manager = server.app.state.manager  # type: ignore[attr-defined]
-    assert manager.resident[0].model_id == MODEL_ID and not manager.switching
+    assert manager.resident.entry.model_id == MODEL_ID and not manager.switching
     states = {m["id"]: m["state"] for m in server.get("/v1/models").json()["data"]}
     assert states == {MODEL_ID: "LOADED", GGUF_ID: "READY"}
 

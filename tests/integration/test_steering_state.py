@@ -34,7 +34,7 @@ def chat(client: TestClient, **extra: Any) -> Any:
 def hook_counts(server: Server) -> list[int]:
     resident = server.state.manager.resident
     assert resident is not None
-    engine = resident[1]
+    engine = resident.engine
     assert isinstance(engine, TransformersEngine)
     return [len(layer._forward_hooks) for layer in engine.model.model.layers]
 

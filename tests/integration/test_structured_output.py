@@ -361,13 +361,13 @@ def test_a_refusal_changes_nothing(client: TestClient) -> None:
     """OAI-SO-15, -22: refused requests on a loaded server leave the model and the next
     constrained answer as they were."""
     before = ask(client, json_schema(VERDICT), VERDICT_PROMPT)
-    engine = client.app.state.manager.resident[1]  # type: ignore[attr-defined]
+    engine = client.app.state.manager.resident.engine  # type: ignore[attr-defined]
     error_of(ask(client, json_schema(VERDICT), stop="}"), 400, UNSUPPORTED, "response_format")
     bad = {**VERDICT, "uniqueItems": True}
     error_of(ask(client, json_schema(bad)), 400, UNSUPPORTED, SCHEMA_PARAM)
     after = ask(client, json_schema(VERDICT), VERDICT_PROMPT)
     assert choices(after) == choices(before)
-    assert client.app.state.manager.resident[1] is engine  # type: ignore[attr-defined]
+    assert client.app.state.manager.resident.engine is engine  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", ["jüdge", "", "a b", "x" * 65])

@@ -446,7 +446,7 @@ def test_templates_with_an_unknown_call_format_refuse_tools(
     payload = body("plain", model="SmolLM2-gemma", stream=stream)
     error_of(tools_client.post(CHAT, json=payload), 400, "field_not_honoured", "tools")
     resident = tools_client.app.state.manager.resident  # type: ignore[attr-defined]
-    assert resident is not None and resident[0].model_id == "SmolLM2-gemma"
+    assert resident is not None and resident.entry.model_id == "SmolLM2-gemma"
 
 
 def test_a_template_without_tools_is_served_generic(tools_client: TestClient) -> None:

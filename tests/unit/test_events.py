@@ -59,7 +59,7 @@ def test_log_and_telemetry_events_name_the_request() -> None:
                 logger.warning("outside")
                 with request_ids.bound("trace-7"):
                     logger.warning("inside")
-                    meter = Meter(bus.publish, steps=1, n_prompt=3)
+                    meter = Meter(emit=bus.publish, steps=1, n_prompt=3)
                 worker = threading.Thread(target=lambda: (meter.token(0.01), meter.done(False)))
                 worker.start()
                 worker.join()

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from miserver import headers
 from miserver.errors import ApiError
-from miserver.serving.policy import encode_name
+from miserver.serving.policy import percent_encode_field
 
 
 def parse_list(value: str) -> list[str]:
@@ -76,7 +76,7 @@ def test_default_cap_is_1024_bytes() -> None:
 )
 def test_non_printable_field_names_are_percent_encoded(name: str, encoded: str) -> None:
     """OAI-VALID-09."""
-    assert encode_name(name) == encoded
+    assert percent_encode_field(name) == encoded
 
 
 @pytest.mark.parametrize(

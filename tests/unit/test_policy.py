@@ -8,7 +8,7 @@ import pytest
 
 from miserver.engines.llamacpp import CAPABILITIES as LLAMACPP_CAPS
 from miserver.errors import FieldNotHonoured
-from miserver.serving.policy import decide, is_no_change, matrix, review
+from miserver.serving.policy import is_no_change, matrix, review, verdict
 
 CAPS = frozenset({"generate", "chat", "seed"})
 USER = [{"role": "user", "content": "Hi"}]
@@ -183,9 +183,9 @@ def test_gguf_column_honours_what_llama_cpp_now_does(endpoint: str, field: str, 
 
 def test_needs_rules_follow_capabilities() -> None:
     """OAI-VALID-01: a capability the engine has is honoured; a missing one is pending."""
-    assert decide({"needs": "seed"}, "transformers", CAPS) == "honoured"
-    assert decide({"needs": "scoring"}, "transformers", CAPS) == "pending"
-    assert decide({"needs": "tools", "else": "ignored"}, "transformers", CAPS) == "ignored"
+    assert verdict({"needs": "seed"}, "transformers", CAPS) == "honoured"
+    assert verdict({"needs": "scoring"}, "transformers", CAPS) == "pending"
+    assert verdict({"needs": "tools", "else": "ignored"}, "transformers", CAPS) == "ignored"
 
 
 def test_every_endpoint_field_is_declared_in_the_schema() -> None:

@@ -22,7 +22,7 @@ def test_profiles_and_the_active_one_survive_a_restart(path: Path) -> None:
     """Issue #4 acceptance: profiles survive a server restart (DECISIONS: SQLite, WAL)."""
     db = Database(path)
     store = ProfileStore(db)
-    saved = store.save('humör "q" 100%', "smol-sae", 12, FEATURES, "unicode name")
+    saved = store.save('humör "q" 100%', "smol-sae", 12, FEATURES, description="unicode name")
     store.save("plain", "smol-sae", 12, [(1, 0.5)])
     store.activate("plain")
     db.close()

@@ -132,7 +132,9 @@ def test_penalties_push_seen_logits_toward_unlikely() -> None:
     """OAI-CHAT-24: HF's rule, positive logits divided and negative multiplied."""
     logits = torch.tensor([2.0, -2.0, 3.0, -1.0])
     seen = torch.tensor([0, 1])
-    out = apply_penalties(logits, seen, torch.tensor([1.0, 1.0]), 0.0, math.log(2.0))
+    out = apply_penalties(
+        logits, seen, torch.tensor([1.0, 1.0]), frequency=0.0, presence=math.log(2.0)
+    )
     assert out.tolist() == pytest.approx([1.0, -4.0, 3.0, -1.0])
     assert logits.tolist() == [2.0, -2.0, 3.0, -1.0]
 
@@ -141,7 +143,7 @@ def test_negative_penalties_encourage_repeats() -> None:
     """OAI-CHAT-22, OAI-CHAT-23: negative values make seen tokens likelier."""
     logits = torch.tensor([2.0, -2.0, 3.0])
     seen = torch.tensor([0, 1])
-    out = apply_penalties(logits, seen, torch.tensor([3.0, 3.0]), -1.0, -1.0)
+    out = apply_penalties(logits, seen, torch.tensor([3.0, 3.0]), frequency=-1.0, presence=-1.0)
     assert out[0] > logits[0]
     assert out[1] > logits[1]
     assert out[2] == logits[2]

@@ -77,7 +77,7 @@ def test_non_finite_logits(
 
 def reply(endpoint: str, as_ids: bool = False) -> ScoringReply:
     texts = {1: "yes", 2: "yes", 3: "no", 4: "é"}
-    ask = ScoringAsk(True, 3, None, as_ids, None)
+    ask = ScoringAsk(logprobs=True, alternatives=3, allowed=None, as_ids=as_ids, precision=None)
     return ScoringReply(endpoint, ask, texts.__getitem__)
 
 

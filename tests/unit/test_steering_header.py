@@ -60,7 +60,7 @@ def test_vectors_are_enough_and_unique() -> None:
     ("members", "value"),
     [
         pytest.param(
-            [h.InlineMember(TV1_SAE, 11, 1, TV1_HASH)],
+            [h.InlineMember(sae=TV1_SAE, layer=11, features=1, hash=TV1_HASH)],
             f'inline;sae="{TV1_SAE}";layer=11;features=1;hash="{TV1_HASH}"',
             id="GRAM-28",
         ),
@@ -83,7 +83,7 @@ def test_requirement_examples(members: list[h.Member], value: str) -> None:
 def test_active_profile_form() -> None:
     """OAI-GRAM-29: the active-profile form, no spaces inside a member."""
     applied = {i: 1.0 for i in range(12)}
-    member = h.profile_member("humor", "active", 1.0, TV1_SAE, 11, applied)
+    member = h.profile_member("humor", "active", 1.0, TV1_SAE, layer=11, applied=applied)
     value = h.serialize([member])
     assert value == (
         f'profile;name="humor";source=active;intensity="1.0";sae="{TV1_SAE}";layer=11;'
@@ -104,7 +104,7 @@ def test_applied_member_helpers_compute_features_and_hash() -> None:
 def test_changed_flag_marks_every_member() -> None:
     """OAI-GRAM-23: `changed` on every member; the flag and with_changed() agree."""
     members: list[h.Member] = [
-        h.InlineMember(TV1_SAE, 11, 1, TV1_HASH),
+        h.InlineMember(sae=TV1_SAE, layer=11, features=1, hash=TV1_HASH),
         h.CircuitMember("crc_a", 1.0),
     ]
     value = h.serialize(members, changed=True)
@@ -118,7 +118,7 @@ def test_changed_flag_marks_every_member() -> None:
 @pytest.mark.parametrize(
     "members",
     [
-        [h.NoneMember(), h.InlineMember(TV1_SAE, 11, 1, TV1_HASH)],
+        [h.NoneMember(), h.InlineMember(sae=TV1_SAE, layer=11, features=1, hash=TV1_HASH)],
         [h.Unknown("read_failed"), h.CircuitMember("c", 1.0)],
         [h.NoneMember(), h.NoneMember()],
         [h.CircuitMember("c", 1.0), h.CircuitMember("c", 2.0)],
@@ -134,14 +134,24 @@ def test_serialize_refuses_impossible_lists(members: list[h.Member]) -> None:
     "build",
     [
         lambda: h.Unknown("bad_reason"),
-        lambda: h.ProfileMember("p", "global", 1.0, "s", 1, 1, TV1_HASH),
-        lambda: h.ProfileMember("p", "active", math.nan, "s", 1, 1, TV1_HASH),
-        lambda: h.InlineMember("s", 1, 1, TV1_HASH.upper()),
-        lambda: h.InlineMember("s", 1, 1, "sha256:abc"),
-        lambda: h.InlineMember("s", -1, 1, TV1_HASH),
-        lambda: h.InlineMember("s", 1, 1, TV1_HASH, clamped=-1),
-        lambda: h.InlineMember("sæ", 1, 1, TV1_HASH),
-        lambda: h.ManualMember("s", True, 1, TV1_HASH),
+        lambda: h.ProfileMember(
+            name="p", source="global", intensity=1.0, sae="s", layer=1, features=1, hash=TV1_HASH
+        ),
+        lambda: h.ProfileMember(
+            name="p",
+            source="active",
+            intensity=math.nan,
+            sae="s",
+            layer=1,
+            features=1,
+            hash=TV1_HASH,
+        ),
+        lambda: h.InlineMember(sae="s", layer=1, features=1, hash=TV1_HASH.upper()),
+        lambda: h.InlineMember(sae="s", layer=1, features=1, hash="sha256:abc"),
+        lambda: h.InlineMember(sae="s", layer=-1, features=1, hash=TV1_HASH),
+        lambda: h.InlineMember(sae="s", layer=1, features=1, hash=TV1_HASH, clamped=-1),
+        lambda: h.InlineMember(sae="sæ", layer=1, features=1, hash=TV1_HASH),
+        lambda: h.ManualMember(sae="s", layer=True, features=1, hash=TV1_HASH),
         lambda: h.CircuitMember("c\n", 1.0),
         lambda: h.CircuitMember("c", math.inf),
     ],

@@ -16,8 +16,7 @@ from miserver.steering import steering_set_hash
 from miserver.steering.dial import Bounds, is_off, resolve
 from miserver.steering.header import ManualMember, ProfileMember, parse
 from miserver.steering.live import LiveSteering
-from miserver.steering.request import InlineSet, SteeringAsk
-from miserver.steering.request import resolve as resolve_request
+from miserver.steering.request import InlineSet, SteeringAsk, resolve_steering
 from miserver.steering.sae import SAERegistry
 from miserver.steering.source import RequestSource
 from miserver.store.database import Database
@@ -35,7 +34,7 @@ def live(tmp_path: Path) -> LiveSteering:
         write_sae(saes / name, cfg_for("standard"), weights_for("standard", seed))
     db = Database(tmp_path / "db.sqlite3")
     state = LiveSteering(SAERegistry(saes), ProfileStore(db), db, DEFAULT)
-    state.attach(MODEL, "a", None, 8, 6)
+    state.attach(MODEL, "a", None, width=8, depth=6)
     return state
 
 
@@ -82,7 +81,7 @@ def test_profile_strengths_scale_by_lambda_then_clamp(live: LiveSteering) -> Non
     the stored dial is unchanged by a request's λ."""
     live.profiles.save("p", "a", 3, [(1, 150.0), (2, 0.1), (3, 0.0)], intensity=0.5)
     epoch = live.epoch
-    got = resolve_request(SteeringAsk(profile="p", intensity=1.5), live, MODEL, True)
+    got = resolve_steering(SteeringAsk(profile="p", intensity=1.5), live, MODEL, True)
     assert got.echo == 1.5 and got.override is not None
     [member] = got.override.members()
     assert isinstance(member, ProfileMember)
@@ -93,11 +92,11 @@ def test_profile_strengths_scale_by_lambda_then_clamp(live: LiveSteering) -> Non
 
 def test_inline_replaces_everything_and_moves_no_epoch(live: LiveSteering) -> None:
     """OAI-INL-04, OAI-INL-17, OAI-INL-18: the set on one SAE, nothing else, epoch unmoved."""
-    live.attach(MODEL, "b", 2, 8, 6)
+    live.attach(MODEL, "b", 2, width=8, depth=6)
     live.set_manual(MODEL, "b", 2, {4: 3.0})
     epoch = live.epoch
     ask = SteeringAsk(inline=InlineSet("a", ((1, 2.0),)))
-    got = resolve_request(ask, live, MODEL, True)
+    got = resolve_steering(ask, live, MODEL, True)
     assert got.override is not None and [i.sae.sae_id for i in got.override.items] == ["a"]
     assert live.epoch == epoch
 
@@ -107,7 +106,7 @@ def test_inline_refusals(live: LiveSteering) -> None:
 
     def code(ask: SteeringAsk, resident: bool = True) -> tuple[str, str | None]:
         with pytest.raises(ApiError) as caught:
-            resolve_request(ask, live, MODEL, resident)
+            resolve_steering(ask, live, MODEL, resident)
         return caught.value.code, caught.value.param
 
     one = ((1, 1.0),)
@@ -122,15 +121,15 @@ def test_inline_refusals(live: LiveSteering) -> None:
         "steering.features[1].index"
     )
     assert code(SteeringAsk(profile="p", inline=InlineSet(None, one)))[1] == "steering"
-    live.attach(MODEL, "a", 5, 8, 6)  # one SAE at two layers: ambiguous without a layer
+    live.attach(MODEL, "a", 5, width=8, depth=6)  # one SAE at two layers: ambiguous without a layer
     with pytest.raises(ApiError, match=r"\(a, layer 3\), \(a, layer 5\)"):
-        resolve_request(SteeringAsk(inline=InlineSet(None, one)), live, MODEL, True)
+        resolve_steering(SteeringAsk(inline=InlineSet(None, one)), live, MODEL, True)
 
 
 def test_an_operator_change_wins_over_the_request(live: LiveSteering) -> None:
     """OAI-CONC-01/02, OAI-HDR-02/03: hooks read the request's set until the epoch moves, then
     the operator's; the header reports the end state with `changed`; nothing is restored."""
-    got = resolve_request(SteeringAsk(inline=InlineSet(None, ((1, 5.0),))), live, MODEL, True)
+    got = resolve_steering(SteeringAsk(inline=InlineSet(None, ((1, 5.0),))), live, MODEL, True)
     source = RequestSource(live, MODEL, got.override)
     assert source.layers() == {3}
     first = source.vector(3)

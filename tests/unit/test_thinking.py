@@ -10,7 +10,7 @@ from miserver.engines.base import ChatPrompt
 from miserver.errors import ApiError
 from miserver.generated import v1
 from miserver.serving.requests import GenerationRequest, TextPrompt, ThinkAsk, chat_request
-from miserver.serving.thinking import KWARG, Thinking, resolve, settle, with_thinking
+from miserver.serving.thinking import KWARG, Thinking, settle, think_setting, with_thinking
 
 
 def asked(body: dict[str, Any]) -> ThinkAsk:
@@ -53,7 +53,7 @@ def test_most_specific_first(
 ) -> None:
     """LOC-CHAT-29..32: think, then enable_thinking, then reasoning_effort ("none" alone is
     off: open point 17), then the server's default."""
-    assert resolve(think, enable, effort, default) == expected
+    assert think_setting(think, enable, effort, default) == expected
 
 
 @pytest.mark.parametrize(
@@ -113,19 +113,19 @@ def test_the_switch_joins_the_other_template_variables() -> None:
     variables, overriding only itself; text prompts are untouched."""
     chat = ChatPrompt(({"role": "user", "content": "Hi"},), {"enable_thinking": True, "x": 1})
     req = GenerationRequest(
-        "chat",
-        "m",
-        (chat, TextPrompt("t", True)),
-        1,
-        False,
-        False,
-        None,
-        1.0,
-        1.0,
-        0.0,
-        0.0,
-        (),
-        None,
+        endpoint="chat",
+        model_id="m",
+        prompts=(chat, TextPrompt("t", True)),
+        n=1,
+        stream=False,
+        include_usage=False,
+        max_tokens=None,
+        temperature=1.0,
+        top_p=1.0,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        stops=(),
+        seed=None,
     )
     out = with_thinking(req, False)
     first, second = out.prompts

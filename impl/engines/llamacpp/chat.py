@@ -10,7 +10,7 @@ chat formats are not used. A file without a template gets the same ChatML
 fallback as the transformers engine (OAI-TOKIDS-07), and the messages are
 prepared by the same code (`..chatmessages`), so both engines produce the
 same ids for the same file (OAI-TOKIDS-01). Continuation and the BOS rule are
-as in the transformers engine (OAI-CONT-01..05, OAI-TOKIDS-02..05).
+as in the transformers engine (engines/transformers/chat.py).
 """
 
 from __future__ import annotations

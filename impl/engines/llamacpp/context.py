@@ -1,6 +1,6 @@
 """The one llama.cpp context of an engine: its KV cache and the ids it holds.
 
-The context is kept across requests (LOC-CHAT-43..48). `Context.hold(ids)`
+The context is kept across requests (LOC-CHAT-43). `Context.hold(ids)`
 makes the KV cache hold exactly `ids`: it keeps the longest prefix the cache
 already holds (at most `len(ids) - 1` tokens, so the last one is always run
 and its logits are fresh), drops the rest, and runs what is missing. The

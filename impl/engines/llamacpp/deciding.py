@@ -40,11 +40,12 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return result
 
 
-def decide(
+def prefill_choices(
     context: Context,
     kept: KeptPrefix | None,
     prompt_ids: Sequence[int],
     prefix_length: int,
+    *,
     choice_ids: Sequence[int],
     reuse: bool,
     cancel: threading.Event,

@@ -1,7 +1,7 @@
 """The decode loop on llama.cpp: prefill what the cache lacks, then one token per step.
 
 The prompt is run once, less the prefix the context already holds
-(`Context.hold`, LOC-CHAT-43..47); every later step runs only the newest
+(`Context.hold`, LOC-CHAT-43); every later step runs only the newest
 token. Generation stops after an end-of-generation token (any token in the
 vocabulary's EOG set, not only `token_eos`), yielded with `eos=True`, or
 after `max_tokens`. Closing the generator raises GeneratorExit at the pending
@@ -29,6 +29,7 @@ def decode(
     context: Context,
     prompt_ids: Sequence[int],
     params: SamplingParams,
+    *,
     seed: int | None = None,
     guide: Guide | None = None,
 ) -> Generator[Prefilled | Token, None, None]:

@@ -12,6 +12,7 @@ from typing import Any
 import llama_cpp
 
 from ..base import (
+    Capability,
     ChatPrompt,
     Constraint,
     Decision,
@@ -36,7 +37,15 @@ from .sampling import Seeds, new_rng
 logger = logging.getLogger(__name__)
 
 CAPABILITIES = frozenset(
-    {"generate", "chat", "decide", "embeddings", "seed", "structured_output", "tools"}
+    {
+        Capability.GENERATE,
+        Capability.CHAT,
+        Capability.DECIDE,
+        Capability.EMBEDDINGS,
+        Capability.SEED,
+        Capability.STRUCTURED_OUTPUT,
+        Capability.TOOLS,
+    }
 )
 
 
@@ -63,7 +72,7 @@ class LlamaCppEngine:
         return self._facts
 
     @property
-    def capabilities(self) -> frozenset[str]:
+    def capabilities(self) -> frozenset[Capability]:
         return CAPABILITIES
 
     @property
@@ -128,7 +137,7 @@ class LlamaCppEngine:
             raise TypeError("rng must come from this engine's new_rng")
         guide = None if params.constraint is None else self.grammars.guide(params.constraint)
         seed = None if rng is None else rng.next()
-        return decode(self.context, prompt_ids, params, seed, guide)
+        return decode(self.context, prompt_ids, params, seed=seed, guide=guide)
 
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
         """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
@@ -163,19 +172,26 @@ class LlamaCppEngine:
         text = chat.render_text(self._template, decision_prompt(prefix, suffix))
         ids = chat.tokenize_rendered(self._template, self._tokenize_rendered, text)
         head = partial(chat.tokenize_rendered, self._template, self._tokenize_rendered)
-        return ids, prefix_length(text, ids, prefix, suffix, head)
+        return ids, prefix_length(text, ids, prefix, suffix, tokenize=head)
 
-    def decide(
+    def prefill_choices(
         self,
         prompt_ids: Sequence[int],
         prefix_length: int,
         choice_ids: Sequence[int],
+        *,
         reuse: bool,
         cancel: Any,
     ) -> Decision:
         check_ids(prompt_ids, self._facts.vocab_size)
-        decision, self._kept = deciding.decide(
-            self.context, self._kept, prompt_ids, prefix_length, choice_ids, reuse, cancel
+        decision, self._kept = deciding.prefill_choices(
+            self.context,
+            self._kept,
+            prompt_ids,
+            prefix_length,
+            choice_ids=choice_ids,
+            reuse=reuse,
+            cancel=cancel,
         )
         return decision
 

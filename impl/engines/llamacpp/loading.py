@@ -8,13 +8,12 @@ from pathlib import Path
 import llama_cpp
 
 from .. import gguf
-from ..base import DEFAULT_LOAD, LoadOptions, ModelFacts
+from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from .chat import ChatTemplate
 from .engine import LlamaCppEngine
 
 logger = logging.getLogger(__name__)
 
-ENGINE_NAME = "llama.cpp"
 UNRECORDED = "unrecorded"
 _METADATA_TOKENS = {
     "unk_token": "tokenizer.ggml.unknown_token_id",
@@ -63,7 +62,7 @@ def load_llamacpp_engine(
     )
     facts = ModelFacts(
         model_id=model_id,
-        engine=ENGINE_NAME,
+        engine=ENGINE_NAMES[EngineId.LLAMACPP],
         context_length=int(llama.n_ctx()),
         vocab_size=int(llama.n_vocab()),
         dtype=UNRECORDED,  # llama.cpp computes from quantized blocks: no one dtype to name

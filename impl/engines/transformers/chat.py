@@ -3,10 +3,10 @@
 The model's chat template renders the messages (a generic ChatML template
 stands in when the model has none, OAI-TOKIDS-07). The rendered text is
 tokenized with the tokenizer's special tokens unless it already begins with
-the BOS text, so the ids hold one BOS at most (OAI-TOKIDS-02..05). A chat
+the BOS text, so the ids hold one BOS at most (OAI-TOKIDS-02). A chat
 whose last message is the assistant's is a partial answer to continue: the
 messages before it are rendered with the generation prompt and the partial
-content is appended raw, with no end of turn (OAI-CONT-01..03).
+content is appended raw, with no end of turn (OAI-CONT-01).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def render_text(tokenizer: PreTrainedTokenizerBase, prompt: ChatPrompt) -> str:
 
     Tools go to the model's own template (OAI-TOOLS-02); the generic fallback
     cannot render tool history, so it refuses it rather than drop it
-    (OAI-TOOLS-20). A forced call's opening follows the render (OAI-TOOLS-32).
+    (OAI-TOOLS-20). A forced call's opening follows the render.
     """
     messages, partial = split_partial(prompt.messages)
     template = None if tokenizer.chat_template else FALLBACK_TEMPLATE

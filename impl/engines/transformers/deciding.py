@@ -36,11 +36,12 @@ def _state_mib(cache: DynamicCache) -> float:
     return total / MIB
 
 
-def decide(
+def prefill_choices(
     model: PreTrainedModel,
     kept: PrefixCache,
     prompt_ids: Sequence[int],
     prefix_length: int,
+    *,
     choice_ids: Sequence[int],
     reuse: bool,
     cancel: threading.Event,

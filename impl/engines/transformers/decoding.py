@@ -54,7 +54,11 @@ class _Counts:
         ids = torch.tensor(list(self._counts), dtype=torch.long)
         counts = torch.tensor(list(self._counts.values()), dtype=torch.float32)
         return apply_penalties(
-            logits, ids, counts, params.frequency_penalty, params.presence_penalty
+            logits,
+            ids,
+            counts,
+            frequency=params.frequency_penalty,
+            presence=params.presence_penalty,
         )
 
 
@@ -63,6 +67,7 @@ def decode(
     settings: DecodeSettings,
     prefix: PrefixCache,
     prompt_ids: Sequence[int],
+    *,
     params: SamplingParams,
     rng: torch.Generator | None,
     key: Hashable = (),

@@ -4,7 +4,7 @@ Inputs are sorted by length and run in batches (right-padded, with an
 attention mask, so no real token attends to padding: a causal model only
 looks left, an encoder is masked), and each vector is pooled over the real
 tokens only: `mean` averages them, `last` takes the last, `cls` the first
-(OAI-EMB-12..15; special tokens the tokenizer added are real tokens). The
+(OAI-EMB-12; special tokens the tokenizer added are real tokens). The
 base model runs without its LM head, and no steering hook is ever installed
 here: hooks live only in a generation's `steered()` block (OAI-EMB-35).
 """

@@ -13,6 +13,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..base import (
+    Capability,
     ChatPrompt,
     Constraint,
     Decision,
@@ -39,20 +40,21 @@ logger = logging.getLogger(__name__)
 
 CAPABILITIES = frozenset(
     {
-        "generate",
-        "chat",
-        "seed",
-        "steering",
-        "scoring",
-        "scoring_float32",
-        "decide",
-        "batched_chat",
-        "embeddings",
-        "structured_output",
-        "tools",
+        Capability.GENERATE,
+        Capability.CHAT,
+        Capability.SEED,
+        Capability.STEERING,
+        Capability.SCORING,
+        Capability.SCORING_FLOAT32,
+        Capability.DECIDE,
+        Capability.BATCHED_CHAT,
+        Capability.EMBEDDINGS,
+        Capability.STRUCTURED_OUTPUT,
+        Capability.TOOLS,
     }
 )
-ENCODER_CAPABILITIES = frozenset({"embeddings"})  # an encoder (BERT-style) only embeds
+# An encoder (BERT-style) only embeds.
+ENCODER_CAPABILITIES = frozenset({Capability.EMBEDDINGS})
 
 
 class TransformersEngine:
@@ -64,8 +66,9 @@ class TransformersEngine:
         tokenizer: PreTrainedTokenizerBase,
         facts: ModelFacts,
         eos_ids: frozenset[int],
+        *,
         float32: Float32Settings | None = None,
-        capabilities: frozenset[str] = CAPABILITIES,
+        capabilities: frozenset[Capability] = CAPABILITIES,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
         self._model: PreTrainedModel | None = model
@@ -85,7 +88,7 @@ class TransformersEngine:
         return self._facts
 
     @property
-    def capabilities(self) -> frozenset[str]:
+    def capabilities(self) -> frozenset[Capability]:
         return self._capabilities
 
     @property
@@ -137,17 +140,17 @@ class TransformersEngine:
             self._settings,
             self._prefix,
             prompt_ids,
-            params,
-            rng,
-            self._steering_key,
-            guide,
+            params=params,
+            rng=rng,
+            key=self._steering_key,
+            guide=guide,
         )
 
     def compile_constraint(self, constraint: Constraint) -> None:
         self._grammars.compile(constraint)
 
     def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
-        """One forward pass, no kept cache, no steering hook (OAI-SCORE-11, -33)."""
+        """One forward pass, no kept cache, no steering hook (OAI-SCORE-11)."""
         keeps = self._settings.keeps_last_logits
         if query.precision != "float32":
             return scored(next_token_logits(self.model, prompt_ids, keeps), query)
@@ -156,7 +159,7 @@ class TransformersEngine:
 
     @property
     def embedding_limit(self) -> int:
-        """The served context window (0: the model states none, OAI-EMB-19/22)."""
+        """The served context window (0: the model states none, OAI-EMB-19)."""
         return self._facts.context_length
 
     def embed(self, inputs: Sequence[Sequence[int]], pooling: str) -> Any:
@@ -169,25 +172,26 @@ class TransformersEngine:
         text = chat.render_text(self._tokenizer, decision_prompt(prefix, suffix))
         ids = chat.tokenize_rendered(self._tokenizer, text)
         head = partial(chat.tokenize_rendered, self._tokenizer)
-        return ids, prefix_length(text, ids, prefix, suffix, head)
+        return ids, prefix_length(text, ids, prefix, suffix, tokenize=head)
 
-    def decide(
+    def prefill_choices(
         self,
         prompt_ids: Sequence[int],
         prefix_length: int,
         choice_ids: Sequence[int],
+        *,
         reuse: bool,
         cancel: Any,
     ) -> Decision:
-        return deciding.decide(
+        return deciding.prefill_choices(
             self.model,
             self._decisions,
             prompt_ids,
             prefix_length,
-            choice_ids,
-            reuse,
-            cancel,
-            self._settings.keeps_last_logits,
+            choice_ids=choice_ids,
+            reuse=reuse,
+            cancel=cancel,
+            keeps_last=self._settings.keeps_last_logits,
         )
 
     @contextmanager

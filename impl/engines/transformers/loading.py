@@ -18,14 +18,13 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from ..base import DEFAULT_LOAD, LoadOptions, ModelFacts
+from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
 
 logger = logging.getLogger(__name__)
 
-ENGINE_NAME = "transformers"
 UNRECORDED = "unrecorded"
 _HEX = re.compile(r"[0-9a-f]{8,}")
 
@@ -65,7 +64,12 @@ def load_transformers_engine(
     report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
     capabilities = ENCODER_CAPABILITIES if encoder else CAPABILITIES
     return TransformersEngine(
-        model, tokenizer, facts, eos_ids(model, tokenizer), float32, capabilities
+        model,
+        tokenizer,
+        facts,
+        eos_ids(model, tokenizer),
+        float32=float32,
+        capabilities=capabilities,
     )
 
 
@@ -91,7 +95,7 @@ def model_facts(
     provenance = read_provenance(folder)
     return ModelFacts(
         model_id=model_id,
-        engine=ENGINE_NAME,
+        engine=ENGINE_NAMES[EngineId.TRANSFORMERS],
         context_length=int(getattr(config, "max_position_embeddings", 0) or 0),
         vocab_size=int(config.vocab_size),
         dtype=str(model.dtype).removeprefix("torch."),

@@ -1,4 +1,4 @@
-"""The one KV cache the engine keeps between generations (LOC-CHAT-43..48).
+"""The one KV cache the engine keeps between generations (LOC-CHAT-43).
 
 The server keeps no conversation, so a chat's next turn resends the whole
 history. The engine keeps the `DynamicCache` of its last generation with the

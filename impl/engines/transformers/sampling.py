@@ -43,6 +43,7 @@ def apply_penalties(
     logits: torch.Tensor,
     token_ids: torch.Tensor,
     counts: torch.Tensor,
+    *,
     frequency: float,
     presence: float,
 ) -> torch.Tensor:

@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any
 
-from ..engines.base import Decision, Engine
+from ..engines.base import Capability, Decision, Engine
 from ..errors import ApiError
 from ..models.manager import ModelManager
 from .scheduler import Scheduler
@@ -43,7 +43,7 @@ def _refuse(message: str, param: str | None) -> ApiError:
 
 
 def answer(decision: Decision) -> dict[str, Any]:
-    """The answer in the CLI's BMOE_DECIDE keys (LOC-DECIDE-13..21)."""
+    """The answer in the CLI's BMOE_DECIDE keys (LOC-DECIDE-13)."""
     logps = list(decision.logps)
     finite = [i for i, lp in enumerate(logps) if lp is not None]
     best = max(finite, key=lambda i: logps[i] or 0.0) if finite else None
@@ -63,7 +63,7 @@ def answer(decision: Decision) -> dict[str, Any]:
     }
 
 
-class Decider:
+class DecisionService:
     def __init__(self, manager: ModelManager, scheduler: Scheduler, executor: Executor) -> None:
         self._manager = manager
         self._scheduler = scheduler
@@ -80,8 +80,8 @@ class Decider:
                 "(PUT /api/config) and reload the model.",
                 None,
             )
-        entry, engine = resident
-        if "decide" not in engine.capabilities:
+        entry, engine = resident.entry, resident.engine
+        if Capability.DECIDE not in engine.capabilities:
             raise _refuse(
                 f"The loaded model `{entry.model_id}` runs on {entry.engine}, which does not "
                 "decide yet; load a transformers model.",
@@ -128,7 +128,13 @@ class Decider:
             if self._engine() is not engine:
                 raise ApiError("model_busy", "The model changed while the decision waited.", None)
             loop = asyncio.get_running_loop()
-            decision = await loop.run_in_executor(
-                self._executor, engine.decide, ids, prefix_length, firsts, reuse, ticket.cancel
+            prefill = partial(
+                engine.prefill_choices,
+                ids,
+                prefix_length,
+                firsts,
+                reuse=reuse,
+                cancel=ticket.cancel,
             )
+            decision = await loop.run_in_executor(self._executor, prefill)
         return answer(decision)
