@@ -91,22 +91,33 @@ def _created(path: Path) -> int:
     return int(path.stat().st_mtime)
 
 
+def _local(
+    model_id: str,
+    path: Path,
+    engine: EngineId,
+    quantization: str | None,
+    *,
+    repo: str | None = None,
+    task: str = "generate",
+) -> ModelEntry:
+    """An entry for a model on this machine (`owned_by: local`, created when written)."""
+    return ModelEntry(
+        model_id=model_id,
+        path=path,
+        engine=engine,
+        created=_created(path),
+        owned_by="local",
+        repo=repo,
+        quantization=quantization,
+        task=task,
+    )
+
+
 def entries_for(path: Path, *, convert: bool = False) -> list[ModelEntry]:
     """The entries a path describes (none when it is no model)."""
     if path.is_dir() and (path / "config.json").is_file():
         quant, task = hf_quantization(path), hf_task(path)
-        return [
-            ModelEntry(
-                model_id=path.name,
-                path=path,
-                engine=EngineId.TRANSFORMERS,
-                created=_created(path),
-                owned_by="local",
-                repo=None,
-                quantization=quant,
-                task=task,
-            )
-        ]
+        return [_local(path.name, path, EngineId.TRANSFORMERS, quant, task=task)]
     if not (path.is_file() and path.suffix == ".gguf"):
         return []
     try:
@@ -115,29 +126,9 @@ def entries_for(path: Path, *, convert: bool = False) -> list[ModelEntry]:
         log.warning("skipping %s: %s", path, exc)
         return []
     repo = gguf_repo(path)
-    found = [
-        ModelEntry(
-            model_id=f"{repo}:{quant}",
-            path=path,
-            engine=EngineId.LLAMACPP,
-            created=_created(path),
-            owned_by="local",
-            repo=repo,
-            quantization=quant,
-        )
-    ]
-    if convert:
-        found.append(
-            ModelEntry(
-                model_id=repo,
-                path=path,
-                engine=EngineId.TRANSFORMERS,
-                created=_created(path),
-                owned_by="local",
-                repo=None,
-                quantization=quant,
-            )
-        )
+    found = [_local(f"{repo}:{quant}", path, EngineId.LLAMACPP, quant, repo=repo)]
+    if convert:  # the same file, converted once for transformers
+        found.append(_local(repo, path, EngineId.TRANSFORMERS, quant))
     return found
 
 
