@@ -26,6 +26,7 @@ from miserver.steering.sae import SAE, load_sae
 from tools import sae_train
 
 MODEL_ID = "SmolLM2-135M-Instruct"
+GGUF_ID = f"{MODEL_ID}:Q4_1"  # the embedded default model: its GGUF, served by llama.cpp
 JSON = {"Content-Type": "application/json"}  # every POST, PUT and DELETE sends it (LOC-GEN-19)
 LOCAL_URL = "http://127.0.0.1"  # a loopback server answers only loopback Host names (LOC-SEC-17)
 

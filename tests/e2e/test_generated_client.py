@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import GGUF_ID
 from tests.e2e.conftest import LiveServer, live_server
 
 ROOT = Path(__file__).resolve().parents[2]
-GGUF_ID = "SmolLM2-135M-Instruct:Q4_1"
 DROPPED = ("Unable to parse", "Failure to process", "will be omitted", "Cannot parse")
 
 

@@ -9,13 +9,12 @@ import pytest
 from openai import OpenAI
 
 from tests import openai_reference
-from tests.conftest import MODEL_ID
+from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import LiveServer
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 HI = [{"role": "user", "content": "Hi! What can you do?"}]
 
 

@@ -31,7 +31,7 @@ from langchain_tests.integration_tests import (
 )
 
 from tests import openai_reference
-from tests.conftest import MODEL_ID
+from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import LiveServer
 from tests.openai_reference import Check, http
 
@@ -42,7 +42,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning"),
 ]
 
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 """The default model: what `miserver serve` loads with no `--model`."""
 MAX_TOKENS = 512
 """Generous: structured output and tool calls must be able to finish their document."""

@@ -19,7 +19,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from tests import openai_reference
-from tests.conftest import MODEL_ID
+from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import LiveServer
 from tests.openai_reference import Check
 
@@ -29,7 +29,6 @@ HELLO: list[Any] = [{"role": "user", "content": "Say hello."}]
 ROOM = 64
 """Enough for SmolLM2's greedy hello to end by itself: the SDK's stream helper refuses to
 build a final completion from a reply cut by `max_tokens` (LengthFinishReasonError)."""
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 WIDTH = 576
 
 

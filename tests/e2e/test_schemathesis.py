@@ -51,12 +51,11 @@ from schemathesis import Case
 
 from miserver.conformance.checks.schema import bounded
 from miserver.conformance.fuzzing import CHECKS
-from tests.conftest import MODEL_ID
+from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import live_server
 
 pytestmark = pytest.mark.e2e
 
-GGUF_ID = f"{MODEL_ID}:Q4_1"  # the embedded default model's id
 
 SPECS = Path(__file__).resolve().parents[2] / "spec" / "openapi"
 SPEC = SPECS / "v1.yaml"

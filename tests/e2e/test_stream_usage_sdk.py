@@ -15,13 +15,12 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests import openai_reference
-from tests.conftest import MODEL_ID
+from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import LiveServer, checked_sdk
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
 
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 # a reply that ends by itself: the helper refuses to finish a reply cut at max_tokens
 SHORT: list[Any] = [{"role": "user", "content": "Say OK."}]
 MAX_TOKENS = 40

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.base import Engine
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 CMPL = "/v1/completions"
@@ -91,7 +91,6 @@ def test_empty_prompt_without_special_tokens_is_refused(client: TestClient) -> N
 
 # -- token-id prompts and `logprobs: false` (issue 15 items 4 and 7) -------------------------
 
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 TEXTS = ["The capital of France is", "One, two, three,"]
 
 

@@ -16,10 +16,9 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import JSON, MODEL_ID, LocalClient
+from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
 from tests.integration.test_local_api import wait_until
 
-GGUF_ID = "SmolLM2-135M-Instruct:Q4_1"
 STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 
 

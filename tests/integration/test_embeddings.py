@@ -37,14 +37,13 @@ from miserver.app import Server
 from miserver.engines.base import Engine
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, SAE_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, MODEL_ID, SAE_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
 
 EMBED = "/v1/embeddings"
 CHAT = "/v1/chat/completions"
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 MINILM_ID = "all-MiniLM-L6-v2"
 WIDTH = 576  # SmolLM2-135M's hidden size
 MINILM_WIDTH = 384

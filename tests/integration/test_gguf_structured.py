@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,9 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import JSON, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, JSON, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 from tests.integration.test_structured_output import (
-    EVERY_KEYWORD,
-    EXAMPLE,
-    GGUF_ID,
     HEADER,
     JSON_OBJECT,
     SCHEMA_PARAM,
@@ -31,11 +29,13 @@ from tests.integration.test_structured_output import (
     VERDICT_PROMPT,
     assert_valid,
     choices,
+    every_keyword_reply,
     json_schema,
     streamed,
     streamed_text,
     user,
 )
+from tests.integration.test_structured_output import ask as ask_on
 
 pytestmark = pytest.mark.model
 
@@ -56,16 +56,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
         yield client
 
 
-def ask(client: TestClient, response_format: Any, text: str = "Hi", **extra: Any) -> Any:
-    body = {
-        "model": GGUF_ID,
-        "messages": user(text),
-        "max_tokens": 32,
-        "temperature": 0,
-        "response_format": response_format,
-        **extra,
-    }
-    return client.post(CHAT, json=body, headers=JSON)
+ask = partial(ask_on, model=GGUF_ID)  # the structured-output tests' request, on llama.cpp
 
 
 def chat(client: TestClient, text: str = STORY, **extra: Any) -> Any:
@@ -85,16 +76,7 @@ def texts(response: Any) -> list[str]:
 def test_every_supported_keyword_is_enforced(client: TestClient) -> None:
     """OAI-SO-01, -02, -04, -07, -08, -20, -21, OAI-GGUF-01: every keyword of the subset is
     enforced on llama.cpp; the document validates and the header names it."""
-    response = ask(
-        client,
-        json_schema(EVERY_KEYWORD, "every_keyword", strict=True),
-        f"Repeat this JSON exactly: {EXAMPLE}",
-        max_tokens=96,
-    )
-    ((finish, text),) = choices(response)
-    assert finish == "stop", text
-    assert_valid(text, EVERY_KEYWORD)
-    assert response.headers[HEADER] == 'json_schema;name="every_keyword"'
+    response, _ = every_keyword_reply(client, GGUF_ID)
     assert response.headers["X-miLLM-Model"] == GGUF_ID
 
 

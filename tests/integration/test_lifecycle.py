@@ -15,10 +15,9 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.settings import Settings
-from tests.conftest import LOCAL_URL, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
 
 USER = [{"role": "user", "content": "Hi"}]
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 
 
 def header_only_gguf(path: Path, file_type: int) -> None:

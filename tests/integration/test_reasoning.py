@@ -23,14 +23,13 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import JSON, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_tools import SOURCE, TEMPLATES, WEATHER, link_model
 
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
 QWEN3 = "SmolLM2-qwen3"
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 MARKERS = ("<think>", "</think>")
 HI = [{"role": "user", "content": "Hi"}]
 

@@ -21,14 +21,13 @@ from miserver.app import Server
 from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers.engine import TransformersEngine
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, SAE_ID, LocalClient
+from tests.conftest import GGUF_ID, MODEL_ID, SAE_ID, LocalClient
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 VOCAB = 49152
 PROMPT = "The capital of France is"
 USER = [{"role": "user", "content": "What is the capital of France?"}]

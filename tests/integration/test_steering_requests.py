@@ -22,7 +22,7 @@ from miserver.engines.base import ChatPrompt
 from miserver.settings import Settings
 from miserver.steering import steering_set_hash
 from miserver.steering.header import parse
-from tests.conftest import JSON, MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, JSON, MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir
 from tests.integration.test_chat import data_of
 from tests.integration.test_refusals import error_of
 
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 LAYER = 12  # the SAE's hook layer
 D_SAE = 2048
 STEERING = "X-miLLM-Steering"

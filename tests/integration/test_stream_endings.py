@@ -20,11 +20,10 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
 
 pytestmark = pytest.mark.model
 
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 CHAT = "/v1/chat/completions"
 CMPL = "/v1/completions"
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]

@@ -24,7 +24,6 @@ from tests.integration.test_refusals import assert_nothing_loaded, error_of
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 HEADER = "X-miLLM-Constrained"
 SCHEMA_PARAM = "response_format.json_schema.schema"
 UNSUPPORTED = "response_format_unsupported"
@@ -97,9 +96,17 @@ def user(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 
 
-def ask(client: TestClient, response_format: Any, text: str = "Hi", **extra: Any) -> Any:
+def ask(
+    client: TestClient,
+    response_format: Any,
+    text: str = "Hi",
+    *,
+    model: str = MODEL_ID,
+    **extra: Any,
+) -> Any:
+    """A short greedy chat under `response_format` (`model`: the engine's model)."""
     body = {
-        "model": MODEL_ID,
+        "model": model,
         "messages": user(text),
         "max_tokens": 32,
         "temperature": 0,
@@ -152,21 +159,28 @@ def of_size(size: int) -> dict[str, Any]:
 # -- constrained generation -------------------------------------------------------------
 
 
+def every_keyword_reply(client: TestClient, model: str = MODEL_ID) -> tuple[Any, Any]:
+    """`model`'s reply to the every-keyword schema (either engine): it stops, its header
+    names the schema, and its document validates; the response and that document."""
+    response = ask(
+        client,
+        json_schema(EVERY_KEYWORD, "every_keyword", strict=True),
+        f"Repeat this JSON exactly: {EXAMPLE}",
+        model=model,
+        max_tokens=96,
+    )
+    ((finish, text),) = choices(response)
+    assert finish == "stop", text
+    assert response.headers[HEADER] == 'json_schema;name="every_keyword"'
+    return response, assert_valid(text, EVERY_KEYWORD)
+
+
 def test_every_supported_keyword_is_enforced(client: TestClient) -> None:
     """OAI-SO-01, -02, -04, -07, -08, -20, -21: a schema using every keyword of the subset
     (all seven types, `additionalProperties` false and as a schema, local `$ref`, annotations
     that are ignored) gives a complete document that validates, and the header names it."""
     assert_valid(EXAMPLE, EVERY_KEYWORD)
-    response = ask(
-        client,
-        json_schema(EVERY_KEYWORD, "every_keyword", strict=True),
-        f"Repeat this JSON exactly: {EXAMPLE}",
-        max_tokens=96,
-    )
-    ((finish, text),) = choices(response)
-    assert finish == "stop", text
-    document = assert_valid(text, EVERY_KEYWORD)
-    assert response.headers[HEADER] == 'json_schema;name="every_keyword"'
+    _, document = every_keyword_reply(client)
     kinds = {type(v) for v in document.values()}
     assert {str, int, float, bool, type(None), list, dict} <= kinds  # all seven JSON types
 

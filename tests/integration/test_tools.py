@@ -21,12 +21,11 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, LocalClient, cache_dir
+from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
 
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
-GGUF_ID = f"{MODEL_ID}:Q4_1"
 FAMILIES = ("hermes", "lfm2", "llama3")
 SOURCE = "SmolLM2-135M-Instruct.Q4_1-747cb1f0195582d0"
 TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
