@@ -124,6 +124,7 @@ def test_numbers_json_or_the_engines_cannot_hold_are_refused(raw: bytes, param: 
 
 
 def test_numbers_at_the_edges_are_read() -> None:
+    """Issue 24: the int64 bounds and a large finite float are values, not refusals."""
     raw = b'{"a": 9223372036854775807, "b": -9223372036854775808, "c": 1e308, "d": [0.5, 2]}'
     assert read(raw) == {"a": 2**63 - 1, "b": -(2**63), "c": 1e308, "d": [0.5, 2]}
 
@@ -134,11 +135,14 @@ def test_numbers_at_the_edges_are_read() -> None:
     ids=["utf16-bom", "cut-utf8", "empty", "truncated", "trailing-comma", "utf8-bom"],
 )
 def test_text_that_is_not_utf8_json_is_refused_with_no_param(raw: bytes) -> None:
+    """LOC-GEN-14: a body that is not valid JSON (not UTF-8, cut, a trailing comma, a BOM)."""
     refused = refusal(raw)
     assert refused.param is None and not refused.value
 
 
 def test_an_ordinary_request_reads_as_the_standard_library_reads_it() -> None:
+    """OAI-GEN-02 (the SDKs' bodies): escaped or raw Unicode, 10,000 token ids, nulls and
+    empty containers read exactly as json.loads reads them."""
     body: dict[str, Any] = {
         "model": "m",
         "messages": [{"role": "user", "content": "héllo \U0001f600 [{"}],
