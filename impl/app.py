@@ -162,6 +162,12 @@ def build_connexion() -> AsyncApp:
     return app
 
 
+def _live_steering(settings: Settings, db: Database) -> LiveSteering:
+    """Steering state: the SAEs on disk, the profiles and the live set in the database."""
+    bounds = Bounds.configured(settings.cluster_intensity_min, settings.cluster_intensity_max)
+    return LiveSteering(SAERegistry(settings.resolved_saes_dir), ProfileStore(db), db, bounds)
+
+
 class Server:
     """The ASGI application: one model manager, one scheduler, one Connexion app.
 
@@ -184,21 +190,24 @@ class Server:
         self._preload = preload
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         registry, self._launch_id = _registry(settings)
-        manager = ModelManager(registry, settings, self._executor)
-        scheduler = Scheduler(settings.queue_max_waiting, settings.queue_retry_after)
         self._db = Database(settings.database_path)
-        bounds = Bounds.configured(settings.cluster_intensity_min, settings.cluster_intensity_max)
-        live = LiveSteering(
-            SAERegistry(settings.resolved_saes_dir), ProfileStore(self._db), self._db, bounds
-        )
         self.bus = EventBus()
         self._log_events = LogEvents(self.bus)
         logging.getLogger("miserver").addHandler(self._log_events)
+        self.state = self._services(registry, flags)
+        self._app = RequestIdMiddleware(
+            SecurityMiddleware(build_connexion(), self.policy, settings.json_max_depth)
+        )
+
+    def _services(self, registry: ModelRegistry, flags: Mapping[str, Any] | None) -> ServerState:
+        """Every service the handlers reach, wired to one manager and one scheduler."""
+        settings, executor = self.settings, self._executor
+        manager = ModelManager(registry, settings, executor)
+        scheduler = Scheduler(settings.queue_max_waiting, settings.queue_retry_after)
+        live = _live_steering(settings, self._db)
         locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
         session = Session(manager, scheduler, self.bus, launch_id=self._launch_id, locator=locator)
-        admin = SteeringAdmin(live, manager)
-        decisions = DecisionService(manager, scheduler, self._executor)
-        embeddings = EmbeddingService(settings, manager, scheduler, self._executor)
+        decisions = DecisionService(manager, scheduler, executor)
         config = ConfigService.open(
             settings, self.bus, self._launch_id, manager, locator=locator, flags=flags
         )
@@ -208,27 +217,24 @@ class Server:
             settings,
             manager,
             scheduler,
-            self._executor,
+            executor,
             live=live,
-            session=session,
+            generating=session.generating_one,
             bus=self.bus,
             defaults=config.request_defaults,
         )
-        self.state = ServerState(
+        return ServerState(
             settings=settings,
             manager=manager,
             scheduler=scheduler,
             completions=service,
             steering=live,
-            admin=admin,
+            admin=SteeringAdmin(live, manager),
             decisions=decisions,
-            embeddings=embeddings,
+            embeddings=EmbeddingService(settings, manager, scheduler, executor),
             session=session,
             bus=self.bus,
             config=config,
-        )
-        self._app = RequestIdMiddleware(
-            SecurityMiddleware(build_connexion(), self.policy, settings.json_max_depth)
         )
 
     def launch_model_id(self) -> str | None:

@@ -28,12 +28,13 @@ from ..errors import ApiError
 from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..settings import Settings
-from .defaults import RequestDefaults
+from .defaults import N_PREDICT_CAP, RequestDefaults
 from .params import AUTO, Param, Refused, by_key, table
 
 log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
+RANDOM_SEED = 4294967295  # the `seed` parameter's "random per run"
 NO_PLANNER = "this build has no planner: auto_plan is always false"
 
 
@@ -150,7 +151,7 @@ class ConfigService:
 
     def request_defaults(self) -> RequestDefaults:
         """What a generation request that leaves a field out gets (docs/LOCAL.md)."""
-        return RequestDefaults.of(self.values)
+        return request_defaults(self.values)
 
     def load_options(self) -> LoadOptions:
         """How the next load goes: the session parameters (LOC-CONC-10; docs/LOCAL.md).
@@ -347,3 +348,18 @@ def launch_args(values: Mapping[str, Any]) -> list[str]:
         else:
             args += [param.flag, str(value)]
     return args
+
+
+def request_defaults(values: Mapping[str, Any]) -> RequestDefaults:
+    """The defaults the config `values` (GET /api/config's) give."""
+    cap = by_key()["n-predict"].maximum
+    seed = int(values["seed"])
+    return RequestDefaults(
+        max_tokens=int(values["n-predict"]),
+        max_tokens_cap=int(cap) if cap is not None else N_PREDICT_CAP,
+        temperature=float(values["temp"]),
+        top_p=float(values["top-p"]),
+        top_k=int(values["top-k"]),
+        seed=None if seed == RANDOM_SEED else seed,
+        think=bool(values["think"]),
+    )

@@ -22,15 +22,12 @@ requests take none of these: they are greedy and one token by definition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .params import by_key
 from .requests import GenerationRequest
 
-RANDOM_SEED = 4294967295  # the `seed` parameter's "random per run"
-N_PREDICT_CAP = 32768
+N_PREDICT_CAP = 32768  # n-predict's maximum where the table sets none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,21 +39,6 @@ class RequestDefaults:
     top_k: int = 0
     seed: int | None = None
     think: bool = False
-
-    @classmethod
-    def of(cls, values: Mapping[str, Any]) -> RequestDefaults:
-        """The defaults the config `values` (GET /api/config's) give."""
-        cap = by_key()["n-predict"].maximum
-        seed = int(values["seed"])
-        return cls(
-            max_tokens=int(values["n-predict"]),
-            max_tokens_cap=int(cap) if cap is not None else N_PREDICT_CAP,
-            temperature=float(values["temp"]),
-            top_p=float(values["top-p"]),
-            top_k=int(values["top-k"]),
-            seed=None if seed == RANDOM_SEED else seed,
-            think=bool(values["think"]),
-        )
 
     def apply(self, req: GenerationRequest, *, seeds: bool) -> GenerationRequest:
         """`req` with the defaults for the sampling fields it left out (None); `seeds`:

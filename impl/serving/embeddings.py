@@ -24,7 +24,7 @@ from ..generated import v1
 from ..models.manager import ModelManager
 from ..settings import Settings
 from .admission import Admission
-from .requests import Entry, check_ids, entries
+from .prompts import Entry, check_ids, entries
 from .results import Reply
 from .scheduler import Scheduler, holding
 

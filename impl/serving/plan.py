@@ -34,9 +34,10 @@ from ..steering.source import RequestSource
 from . import schema_subset, shapes
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob
+from .prompts import Prompt, TokenPrompt
 from .reasoning import ReasoningPlan, reasoning_plan
 from .replies import ReplyStream, whole
-from .requests import GenerationRequest, Prompt, TokenPrompt
+from .requests import GenerationRequest
 from .response_format import OutputFormat
 from .scheduler import Ticket
 from .telemetry import Meter

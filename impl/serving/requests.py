@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel
@@ -22,50 +21,14 @@ from ..engines.base import ChatPrompt
 from ..errors import ApiError, InvalidParameter
 from ..generated import v1
 from ..steering.request import InlineSet, SteeringAsk
+from .prompts import Prompt, TextPrompt, TokenPrompt, entries, value_of
 from .response_format import OutputFormat, output_format
 from .scoring import ScoringAsk, scoring_ask
+from .thinking import KEY as THINKING_KEY
+from .thinking import ThinkAsk
 from .tools import ToolAsk, tool_ask
 
-
-@dataclass(frozen=True, slots=True)
-class TextPrompt:
-    text: str
-    add_special_tokens: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TokenPrompt:
-    """A prompt sent as token ids: it reaches the engine as it is, never tokenized.
-
-    `where` is its place in the body (`prompt` for an `int[]`, `prompt[i]` in an
-    `int[][]`); an id outside the vocabulary is named `{where}[j]`.
-    """
-
-    ids: tuple[int, ...]
-    where: str
-
-    def checked(self, vocab_size: int) -> list[int]:
-        """The ids, once each is known to be below the model's vocabulary size."""
-        check_ids(self.ids, self.where, vocab_size)
-        return list(self.ids)
-
-
-Prompt = ChatPrompt | TextPrompt | TokenPrompt
-Entry: TypeAlias = str | tuple[int, ...]  # one `prompt` or `input` entry: text or token ids
 Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkAsk:
-    """The fields that turn a chat's thinking on or off, as sent (None: not sent).
-
-    `enable_thinking` is `chat_template_kwargs.enable_thinking`, checked to be a
-    boolean only where chat_template_kwargs is honoured (serving/thinking.py).
-    """
-
-    think: bool | None = None
-    enable_thinking: Any = None
-    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,53 +65,6 @@ class GenerationRequest:
         return 1.0 if self.temperature is None else self.temperature
 
 
-def _value(raw: Any) -> Any:
-    """A generated RootModel's value, or the value itself."""
-    return getattr(raw, "root", raw)
-
-
-def entries(raw: Any, name: str) -> tuple[list[Entry], bool]:
-    """`prompt` or `input` (`name`): a string, strings, token ids or token-id lists, as its
-    entries, and whether it was a single one (a string or one id list), whose `param` is
-    then the field itself (`prompt`, `prompt[j]`) rather than an entry (`prompt[i][j]`).
-
-    Refused before any load: an empty list, an empty id list, a negative id.
-    """
-    value = _value(raw)
-    if isinstance(value, str):
-        return [value], True
-    items = [_value(item) for item in value]
-    if not items:
-        raise InvalidParameter(name, f"{name} is empty: send a string or a non-empty list.")
-    if isinstance(items[0], int):
-        return [_ids(items, name)], True
-    return [
-        item if isinstance(item, str) else _ids(item, f"{name}[{i}]")
-        for i, item in enumerate(items)
-    ], False
-
-
-def _ids(raw: Sequence[int], where: str) -> tuple[int, ...]:
-    if not raw:
-        raise InvalidParameter(where, f"{where} is an empty list of token ids.")
-    ids = tuple(raw)
-    check_ids(ids, where, None)
-    return ids
-
-
-def check_ids(ids: Sequence[int], where: str, vocab_size: int | None) -> None:
-    """Refuse a negative id, or (once the model is known) one not below `vocab_size`,
-    naming it `{where}[j]`."""
-    top = math.inf if vocab_size is None else vocab_size
-    if min(ids) >= 0 and max(ids) < top:
-        return
-    j, bad = next((j, i) for j, i in enumerate(ids) if not 0 <= i < top)
-    known = "" if vocab_size is None else f" (0..{vocab_size - 1})"
-    raise InvalidParameter(
-        f"{where}[{j}]", f"{where}[{j}] is token id {bad}, outside the model's vocabulary{known}."
-    )
-
-
 def _max_tokens(a: int | None, b: int | None) -> int | None:
     if a is not None and b is not None and a != b:
         raise ApiError(
@@ -160,7 +76,7 @@ def _max_tokens(a: int | None, b: int | None) -> int | None:
 
 
 def _stops(raw: Any) -> tuple[str, ...]:
-    value = _value(raw)
+    value = value_of(raw)
     if value is None:
         return ()
     items = [value] if isinstance(value, str) else list(value)
@@ -173,7 +89,7 @@ def _steering(req: Request) -> SteeringAsk:
     if req.steering is not None:
         features = tuple((f.index, f.strength) for f in req.steering.features)
         inline = InlineSet(req.steering.sae_id, features)
-    intensity = _value(req.steering_intensity)
+    intensity = value_of(req.steering_intensity)
     if isinstance(intensity, float) and not math.isfinite(intensity):
         raise InvalidParameter("steering_intensity", "steering_intensity must be a finite number.")
     return SteeringAsk(req.profile, intensity, inline)
@@ -235,7 +151,7 @@ def _message(message: v1.ChatMessage, where: str) -> dict[str, Any]:
     string OpenAI clients send is parsed (templates write it with `tojson`);
     a string that is not a JSON object is left as it is (OAI-TOOLS-18).
     """
-    content = _value(message.content)
+    content = value_of(message.content)
     if isinstance(content, list):
         content = "".join(
             _part_text(part, f"{where}.content[{j}]") for j, part in enumerate(content)
@@ -279,7 +195,7 @@ def chat_request(req: v1.ChatCompletionRequest) -> GenerationRequest:
     rows = [req.messages, *(req.extra_messages or ())]
     names = ["messages", *(f"extra_messages[{k}]" for k in range(len(rows) - 1))]
     prompts = tuple(
-        ChatPrompt(tuple(_message(m, f"{name}[{i}]") for i, m in enumerate(_value(row))), kwargs)
+        ChatPrompt(tuple(_message(m, f"{name}[{i}]") for i, m in enumerate(value_of(row))), kwargs)
         for name, row in zip(names, rows, strict=True)
     )
     if len(prompts) > 1 and req.stream:
@@ -304,3 +220,14 @@ def completion_request(req: v1.CompletionRequest) -> GenerationRequest:
         for i, entry in enumerate(found)
     )
     return _common("completions", req, prompts)
+
+
+def with_thinking(req: GenerationRequest, enabled: bool) -> GenerationRequest:
+    """`req` whose chat prompts render with `enable_thinking` set to `enabled`."""
+    prompts = tuple(
+        replace(p, template_kwargs={**p.template_kwargs, THINKING_KEY: enabled})
+        if isinstance(p, ChatPrompt)
+        else p
+        for p in req.prompts
+    )
+    return replace(req, prompts=prompts)

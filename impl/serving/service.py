@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Executor
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,9 @@ from .defaults import RequestDefaults
 from .events import EventBus
 from .generation import ChoiceEnd, ChoiceJob, TextDelta, choice_events
 from .plan import Plan, Tally, job, prepare, without_unused
+from .prompts import TextPrompt, TokenPrompt
 from .replies import Piece
-from .requests import GenerationRequest, TextPrompt, TokenPrompt
+from .requests import GenerationRequest, with_thinking
 from .response_format import check_combination
 from .results import Comment, Reply, StreamReply
 from .scheduler import Scheduler, Slot, Ticket, claim, holding
@@ -49,9 +50,8 @@ from .scoring import (
     check_vocabulary,
     unused_fields,
 )
-from .session import Session
 from .telemetry import Meter
-from .thinking import settle, with_thinking
+from .thinking import settle
 from .tools import format_header
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,12 @@ class CompletionService:
         executor: Executor,
         *,
         live: LiveSteering,
-        session: Session,
+        generating: Callable[[], AbstractContextManager[None]],
         bus: EventBus,
         defaults: Callable[[], RequestDefaults] = RequestDefaults,
     ) -> None:
         self._defaults = defaults  # the config's, read per request
-        self._session = session
+        self._generating = generating  # counts a generation in /api/info while it runs
         self._bus = bus
         self._settings = settings
         self._live = live
@@ -240,17 +240,6 @@ class CompletionService:
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
         steering = plan.steering_header()
         return Reply(body, {**headers, **format_header(plan.tools), hdr.STEERING: steering})
-
-    @contextmanager
-    def _generating(self) -> Iterator[None]:
-        """`generating` in /api/info and its `state` events (LOC-INFO-19)."""
-        self._session.generating += 1
-        self._session.announce()
-        try:
-            yield
-        finally:
-            self._session.generating -= 1
-            self._session.announce()
 
     def _meter(self, plan: Plan, i: int) -> Meter | None:
         """Token and done telemetry, measured only while someone listens to /api/events."""

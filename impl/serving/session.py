@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
@@ -69,6 +71,18 @@ class Session:
         self._loading = False  # from a load's 202 to its end (ready or error)
         self.generating = 0  # generations running now (the service counts them)
         manager.on_change = self.announce
+
+    @contextmanager
+    def generating_one(self) -> Iterator[None]:
+        """One generation running: `generating` in /api/info and its `state` events
+        (LOC-INFO-19)."""
+        self.generating += 1
+        self.announce()
+        try:
+            yield
+        finally:
+            self.generating -= 1
+            self.announce()
 
     def announce(self) -> None:
         """A `state` event with the info object (LOC-EVENTS-05), built only for listeners."""

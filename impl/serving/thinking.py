@@ -21,15 +21,26 @@ where `chat_template_kwargs` is not honoured (GGUF: OAI-GGUF-10) its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ..engines.base import ChatPrompt
 from ..errors import InvalidParameter
-from .requests import GenerationRequest, ThinkAsk
 
 KEY = "enable_thinking"
 KWARG = f"chat_template_kwargs.{KEY}"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkAsk:
+    """The fields that turn a chat's thinking on or off, as sent (None: not sent).
+
+    `enable_thinking` is `chat_template_kwargs.enable_thinking`, checked to be a
+    boolean only where chat_template_kwargs is honoured (serving/thinking.py).
+    """
+
+    think: bool | None = None
+    enable_thinking: Any = None
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +98,3 @@ def settle(
     if constrained and decided.enabled:
         return False, [*unused, *([] if decided.source is None else [decided.source])]
     return decided.enabled, unused
-
-
-def with_thinking(req: GenerationRequest, enabled: bool) -> GenerationRequest:
-    """`req` whose chat prompts render with `enable_thinking` set to `enabled`."""
-    prompts = tuple(
-        replace(p, template_kwargs={**p.template_kwargs, KEY: enabled})
-        if isinstance(p, ChatPrompt)
-        else p
-        for p in req.prompts
-    )
-    return replace(req, prompts=prompts)

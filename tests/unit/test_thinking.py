@@ -9,8 +9,9 @@ import pytest
 from miserver.engines.base import ChatPrompt
 from miserver.errors import ApiError
 from miserver.generated import v1
-from miserver.serving.requests import GenerationRequest, TextPrompt, ThinkAsk, chat_request
-from miserver.serving.thinking import KWARG, Thinking, settle, think_setting, with_thinking
+from miserver.serving.prompts import TextPrompt
+from miserver.serving.requests import GenerationRequest, chat_request, with_thinking
+from miserver.serving.thinking import KWARG, ThinkAsk, Thinking, settle, think_setting
 
 
 def asked(body: dict[str, Any]) -> ThinkAsk:
