@@ -11,9 +11,10 @@ From a shell: `miserver-conformance --base-url http://127.0.0.1:8000/v1`
 (docs/CONFORMANCE.md).
 """
 
+from .checks import all_checks
 from .context import Context, KitError
 from .failures import Failure, NotOffered
-from .registry import Check, all_checks, check
+from .registry import Check, check
 from .runner import Outcome, Report, Result, run
 
 __all__ = [

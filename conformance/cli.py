@@ -12,8 +12,8 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 
+from .checks import all_checks
 from .context import DEFAULT_MAX_EXAMPLES, DEFAULT_TIMEOUT_S, KitError
-from .registry import all_checks
 from .report import requirement_key, write_json, write_text
 from .runner import EXIT_OK, EXIT_UNUSABLE, run
 

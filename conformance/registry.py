@@ -8,7 +8,7 @@ it checks. It passes by returning, fails by raising a `Failure`, and raises
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .context import Context
@@ -43,20 +43,3 @@ def check(*requirements: str) -> Callable[[CheckFunction], CheckFunction]:
         return function
 
     return register
-
-
-def all_checks() -> list[Check]:
-    """Every check the kit has (importing `checks` registers them)."""
-    from . import checks  # noqa: F401  (registers by import)
-
-    return list(REGISTRY)
-
-
-def select(names: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Check]:
-    """The checks named in `names` (all when empty) less those in `skip`, in registry order."""
-    wanted, unwanted = set(names), set(skip)
-    every = all_checks()
-    unknown = (wanted | unwanted) - {c.name for c in every}
-    if unknown:
-        raise KeyError(f"no such check: {', '.join(sorted(unknown))}")
-    return [c for c in every if (not wanted or c.name in wanted) and c.name not in unwanted]

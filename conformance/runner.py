@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .checks import select
 from .context import DEFAULT_MAX_EXAMPLES, DEFAULT_TIMEOUT_S, Context
 from .failures import Failure, NotOffered
-from .registry import Check, select
+from .registry import Check
 
 log = logging.getLogger("miserver.conformance")
 

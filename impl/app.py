@@ -30,16 +30,16 @@ from .errors import ApiError, internal_error
 from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
 from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator
+from .local.config import ConfigService
+from .local.decisions import DecisionService
+from .local.session import Session
 from .models.locator import ModelLocator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
-from .serving.config import ConfigService
-from .serving.decisions import DecisionService
+from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
 from .serving.events import EventBus, LogEvents
 from .serving.scheduler import Scheduler
-from .serving.service import CompletionService
-from .serving.session import Session
 from .settings import Settings
 from .steering.admin import SteeringAdmin
 from .steering.dial import Bounds
@@ -174,7 +174,7 @@ class Server:
     `policy` is the security model's start-up result (`access_policy`, which
     raises StartRefused before anything is built); by default it is computed
     from `settings`. `flags` are the parameter table's own launch flags as given
-    (`serving.params.launch_values`): the config's launch layer beside `settings`.
+    (`local.params.launch_values`): the config's launch layer beside `settings`.
     """
 
     def __init__(

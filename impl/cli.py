@@ -11,8 +11,8 @@ from pathlib import Path
 
 from . import settings as settings_mod
 from .access import StartRefused, access_policy
+from .local import params
 from .request_ids import RequestIdFilter
-from .serving import params
 
 log = logging.getLogger("miserver")
 

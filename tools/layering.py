@@ -3,7 +3,13 @@
 generated/    imports nothing of ours but itself
 impl/engines  imports nothing of ours but miserver.engines
 web stack     connexion, starlette, uvicorn: only app, cli, handlers and http import them
-core          serving, steering, models, store, engines never import http, handlers or app
+core          serving, local, steering, models, store, engines never import http, handlers or app
+serving       the top of serving/ (admission, scheduler, prompts, stops, ...) is shared by the
+              folders under it and imports neither serving/chat, serving/completions nor local/
+chat          serving/chat/ (templates, tools, formats, reasoning) imports neither
+              serving/completions nor local/: it reads messages and replies, not requests
+completions   serving/completions/ never imports local/: the control plane configures the
+              request path (local/config builds its defaults), never the reverse
 conformance/  speaks only HTTP: imports nothing of ours but itself (miserver.conformance)
 cycles        no import cycle between packages (a package is the folder a module lives in;
               a subpackage is a node of its own, and so is each module at the top of miserver)
@@ -33,14 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Violations the code has today: (rule, module, imported) -> why, and what removes it. For
 # "cycles" the module is the cycle and imported is ""; for "dependencies" imported is the
 # distribution. Delete an entry when its fix lands; the check fails on a stale one.
-KNOWN: dict[tuple[str, str, str], str] = {
-    (
-        "cycles",
-        "miserver.conformance -> miserver.conformance.checks -> miserver.conformance",
-        "",
-    ): "issue 16: registry.all_checks() imports checks/ to register them, checks/ import the "
-    "registry; let the caller (runner, cli) import checks/ instead",
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 
 # source folder -> the module name it installs as (setup.py)
 FOLDERS = {
@@ -49,7 +48,16 @@ FOLDERS = {
     "conformance": "miserver.conformance",
 }
 WEB = ("connexion", "starlette", "uvicorn")
-CORE = ("miserver.serving", "miserver.steering", "miserver.models", "miserver.store")
+CORE = (
+    "miserver.serving",
+    "miserver.local",
+    "miserver.steering",
+    "miserver.models",
+    "miserver.store",
+)
+CHAT = "miserver.serving.chat"
+COMPLETIONS = "miserver.serving.completions"
+LOCAL = "miserver.local"
 FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http")
 
 
@@ -95,6 +103,25 @@ RULES = [
         "the core never imports the HTTP front",
     ),
     Rule(
+        "serving",
+        ("miserver.serving",),
+        (CHAT, COMPLETIONS, LOCAL),
+        "the top of serving/ is shared by the folders under it and imports none of them",
+        exempt=(CHAT, COMPLETIONS),
+    ),
+    Rule(
+        "chat",
+        (CHAT,),
+        (COMPLETIONS, LOCAL),
+        "serving/chat reads messages and replies: it knows neither requests nor the control plane",
+    ),
+    Rule(
+        "completions",
+        (COMPLETIONS,),
+        (LOCAL,),
+        "the control plane configures the request path, never the reverse",
+    ),
+    Rule(
         "conformance",
         ("miserver.conformance",),
         ("miserver", "impl"),
@@ -103,8 +130,10 @@ RULES = [
     ),
 ]
 # folders whose modules are each a node of the package graph: the top of `miserver` holds both
-# the entry points (app, cli) and the shared leaves (errors, headers, settings)
-SPLIT = ("miserver",)
+# the entry points (app, cli) and the shared leaves (errors, headers, settings); the top of
+# conformance/ both the kit's machinery (context, registry), which checks/ use, and the runner
+# and cli, which use checks/
+SPLIT = ("miserver", "miserver.conformance")
 # module prefix -> the pyproject.toml lists that declare its third-party imports
 DECLARED = {"miserver": ("dependencies",), "miserver.conformance": ("dependencies", "conformance")}
 # import name -> distribution name where they differ (case, `_` and `-` are normalised)

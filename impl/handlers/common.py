@@ -15,9 +15,9 @@ from ..errors import ApiError
 from ..http.body import location, parsed
 from ..http.sse import frames
 from ..serving.admission import Admission, admit
-from ..serving.requests import GenerationRequest
+from ..serving.completions.requests import GenerationRequest
+from ..serving.completions.service import CompletionService
 from ..serving.results import Reply, StreamReply
-from ..serving.service import CompletionService
 
 if TYPE_CHECKING:
     from ..app import ServerState

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from ..generated import v1
-from ..serving.requests import completion_request
+from ..serving.completions.requests import completion_request
 from .common import parse, request_body, respond
 
 

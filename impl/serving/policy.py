@@ -21,7 +21,7 @@ import yaml
 from .. import headers as hdr
 from ..engines.base import Capability, EngineId
 from ..errors import FieldNotHonoured
-from .schema import Schema, v1_schema
+from .request_schemas import Schema, v1_schema
 
 Rule = str | Mapping[str, Any]
 

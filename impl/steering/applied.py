@@ -1,6 +1,6 @@
 """What steering applies: items (one SAE at one layer) and snapshots (a whole state).
 
-An `Item` is one entry of X-miLLM-Steering: its kind (`profile`, `inline`,
+An `AppliedSAE` is one entry of X-miLLM-Steering: its kind (`profile`, `inline`,
 `manual`), the SAE and layer it steers, the applied set (index → strength
 as the hook reads it: clamped to ±200, zeros and -0.0 dropped), how many
 strengths the clamp changed, and the vector Σ strength·W_dec[i] the hook
@@ -23,11 +23,11 @@ from .hashing import LIMIT, clamp
 from .header import Member, inline_member, manual_member, profile_member
 from .sae import SAE
 
-KINDS = ("profile", "inline", "manual")
+APPLIED_KINDS = ("profile", "inline", "manual")
 
 
 @dataclass(frozen=True, slots=True, eq=False, kw_only=True)
-class Item:
+class AppliedSAE:
     """One SAE at one layer, as applied."""
 
     kind: str
@@ -61,7 +61,7 @@ class Item:
         return (self.layer, self.sae.sae_id, tuple(sorted(self.applied.items())))
 
 
-def item(
+def applied_sae(
     kind: str,
     sae: SAE,
     layer: int,
@@ -70,14 +70,14 @@ def item(
     scale: float = 1.0,
     name: str = "",
     source: str = "",
-) -> Item:
+) -> AppliedSAE:
     """The item applying clamp(strength × scale) for each feature of `sae` at `layer`.
 
     Raises IndexError for an index outside 0..d_sae-1 and ValueError for a
     strength that is not a finite number; callers check both first and
     name the field.
     """
-    if kind not in KINDS:
+    if kind not in APPLIED_KINDS:
         raise ValueError(f"unknown steering kind {kind!r}")
     applied: dict[int, float] = {}
     clamped = 0
@@ -96,7 +96,7 @@ def item(
         indices = torch.tensor(list(applied), dtype=torch.long)
         values = torch.tensor(list(applied.values()), dtype=torch.float64)
         vector = (values.to(sae.W_dec.dtype) @ sae.W_dec[indices]).contiguous()
-    return Item(
+    return AppliedSAE(
         kind=kind,
         sae=sae,
         layer=layer,
@@ -113,7 +113,7 @@ def item(
 class Snapshot:
     """A whole steering state: its items and the vector each hooked layer adds."""
 
-    items: tuple[Item, ...] = ()
+    items: tuple[AppliedSAE, ...] = ()
     vectors: Mapping[int, torch.Tensor] = field(default_factory=dict)
     key: Hashable = ()
 
@@ -129,7 +129,7 @@ class Snapshot:
 EMPTY = Snapshot()
 
 
-def snapshot(items: Iterable[Item]) -> Snapshot:
+def snapshot(items: Iterable[AppliedSAE]) -> Snapshot:
     """The snapshot of `items`: vectors summed per layer, layers with nothing applied skipped."""
     kept = tuple(sorted(items, key=lambda i: (i.layer, i.sae.sae_id)))
     vectors: dict[int, torch.Tensor] = {}
@@ -141,4 +141,4 @@ def snapshot(items: Iterable[Item]) -> Snapshot:
     return Snapshot(kept, MappingProxyType(vectors), key)
 
 
-__all__ = ["EMPTY", "KINDS", "LIMIT", "Item", "Snapshot", "item", "snapshot"]
+__all__ = ["APPLIED_KINDS", "EMPTY", "LIMIT", "AppliedSAE", "Snapshot", "applied_sae", "snapshot"]

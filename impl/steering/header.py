@@ -244,7 +244,7 @@ def _params(member: Member) -> list[tuple[str, str | None]]:
     return params
 
 
-KINDS: dict[type[Member], str] = {
+MEMBER_KINDS: dict[type[Member], str] = {
     NoneMember: "none",
     Unknown: "unknown",
     ProfileMember: "profile",
@@ -255,7 +255,7 @@ KINDS: dict[type[Member], str] = {
 
 
 def _member(member: Member) -> str:
-    parts = [KINDS[type(member)]]
+    parts = [MEMBER_KINDS[type(member)]]
     parts += [name if value is None else f"{name}={value}" for name, value in _params(member)]
     return ";".join(parts)
 
@@ -290,7 +290,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "circuit": ("id", "intensity", "composed", "changed"),
 }
 OPTIONAL = frozenset({"reason", "clamped", "changed", "composed"})
-_CLASSES = {kind: cls for cls, kind in KINDS.items()}
+_CLASSES = {kind: cls for cls, kind in MEMBER_KINDS.items()}
 
 
 def _read(name: str, value: object) -> Any:

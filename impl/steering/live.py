@@ -28,7 +28,7 @@ from ..errors import ApiError, InvalidParameter
 from ..store.database import Database
 from ..store.profiles import Profile, ProfileStore
 from . import dial
-from .applied import EMPTY, Item, Snapshot, item, snapshot
+from .applied import EMPTY, AppliedSAE, Snapshot, applied_sae, snapshot
 from .hashing import LIMIT
 from .sae import SAE, SAEFormatError, SAERegistry
 
@@ -114,9 +114,9 @@ class LiveSteering:
             )
         return attachment
 
-    def profile_item(
+    def profile_applied_sae(
         self, profile: Profile, model_id: str, source: str, intensity: float | None = None
-    ) -> Item | None:
+    ) -> AppliedSAE | None:
         """`profile` applied at λ (its stored dial when None); None if its SAE is not attached."""
         attachment = self._attachments.get((model_id, profile.sae_id, profile.layer))
         if attachment is None:
@@ -126,7 +126,7 @@ class LiveSteering:
         strengths = profile.strengths()
         if any(not 0 <= i < attachment.sae.d_sae for i in strengths):
             return None
-        return item(
+        return applied_sae(
             "profile",
             attachment.sae,
             attachment.layer,
@@ -211,13 +211,15 @@ class LiveSteering:
     # -- internals ------------------------------------------------------------------
 
     def _global(self, model_id: str, active: Profile | None) -> Snapshot:
-        claimed = None if active is None else self.profile_item(active, model_id, "active")
-        items: list[Item] = [] if claimed is None else [claimed]
+        claimed = None if active is None else self.profile_applied_sae(active, model_id, "active")
+        items: list[AppliedSAE] = [] if claimed is None else [claimed]
         for attachment in self.attachments(model_id):
             if claimed is not None and attachment.pair == (claimed.sae.sae_id, claimed.layer):
                 continue
             if attachment.manual:
-                items.append(item("manual", attachment.sae, attachment.layer, attachment.manual))
+                items.append(
+                    applied_sae("manual", attachment.sae, attachment.layer, attachment.manual)
+                )
         return snapshot(items)
 
     def _sae(self, sae_id: str) -> SAE:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import ApiError, InvalidParameter
 from ..store.profiles import Profile, ProfileNotFound
 from . import dial
-from .applied import EMPTY, Item, Snapshot, item, snapshot
+from .applied import EMPTY, AppliedSAE, Snapshot, applied_sae, snapshot
 from .live import Attachment, LiveSteering, check_strengths
 
 
@@ -101,7 +101,7 @@ def _inline(inline: InlineSet, attached: Sequence[Attachment]) -> Snapshot:
     target = _target(inline.sae_id, attached)
     for j, (index, strength) in enumerate(inline.features):
         check_strengths(target.sae, {index: strength}, f"steering.features[{j}].index")
-    return snapshot([item("inline", target.sae, target.layer, strengths)])
+    return snapshot([applied_sae("inline", target.sae, target.layer, strengths)])
 
 
 def _strengths(features: Sequence[tuple[int, float]]) -> dict[int, float]:
@@ -187,7 +187,9 @@ def _profile(
                 f"Profile `{profile.name}` names feature {index}, outside "
                 f"0..{target.sae.d_sae - 1} of SAE `{profile.sae_id}`.",
             )
-    applied = live.profile_item(profile, model_id, "request", _number(ask.intensity, profile, live))
+    applied = live.profile_applied_sae(
+        profile, model_id, "request", _number(ask.intensity, profile, live)
+    )
     assert applied is not None
     echo = applied.intensity if ask.intensity is not None else None
     return Resolution(snapshot([applied]), echo)
@@ -213,12 +215,12 @@ def _dialled(
     if active:
         profile = _find(live, active[0].name)
         lam = dial.resolve(value, dial.Bounds.of(profile.intensity_range, live.bounds))
-        scaled = live.profile_item(profile, model_id, "active", lam)
+        scaled = live.profile_applied_sae(profile, model_id, "active", lam)
         assert scaled is not None
         rest = [i for i in current.items if i is not active[0]]
         return Resolution(snapshot([scaled, *rest]), lam)
     lam = dial.resolve(value, live.bounds)
-    items: list[Item] = [
-        item("manual", i.sae, i.layer, dict(i.applied), scale=lam) for i in current.items
+    items: list[AppliedSAE] = [
+        applied_sae("manual", i.sae, i.layer, dict(i.applied), scale=lam) for i in current.items
     ]
     return Resolution(snapshot(items), lam)

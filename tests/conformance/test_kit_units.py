@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from miserver.conformance import Outcome, Report, Result, all_checks, check
+from miserver.conformance.checks import select
 from miserver.conformance.events import read_stream
 from miserver.conformance.failures import StreamFramingViolation
-from miserver.conformance.registry import select
 from miserver.conformance.report import requirement_key, rows, write_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
+from miserver.local.config import SETTINGS_FILE, ConfigService
+from miserver.local.params import table
 from miserver.models.manager import ModelManager, Resident
-from miserver.serving.config import SETTINGS_FILE, ConfigService
-from miserver.serving.params import table
 from miserver.settings import Settings
 from tests.conftest import JSON, MODEL_ID, LocalClient
 
@@ -407,7 +407,7 @@ def relaunched(args: list[str], data_dir: Path) -> Server:
     state in `data_dir` (so nothing the first server saved can answer for the flags)."""
     from miserver import cli
     from miserver import settings as settings_mod
-    from miserver.serving import params
+    from miserver.local import params
 
     parsed = cli._parser().parse_args(["serve", *args])
     settings = replace(settings_mod.from_args(parsed), data_dir=data_dir, cache_dir=data_dir)

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt, Decision
 from miserver.engines.transformers import TransformersEngine
-from miserver.serving.decisions import answer
+from miserver.local.decisions import answer
 from miserver.settings import Settings
 from tests.conftest import LocalClient, cache_dir
 from tests.integration.test_refusals import error_of

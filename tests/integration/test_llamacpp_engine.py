@@ -30,7 +30,7 @@ from miserver.engines.llamacpp import CAPABILITIES, LlamaCppEngine, load_llamacp
 from miserver.engines.llamacpp import chat as llama_chat
 from miserver.engines.llamacpp.sampling import Penalties
 from miserver.engines.transformers.grammar import Grammars
-from miserver.serving.detokenizer import Detokenizer
+from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
 from tests.integration.test_structured_output import VERDICT
 

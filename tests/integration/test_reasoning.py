@@ -365,7 +365,7 @@ def test_nothing_found_is_returned_raw(
     """LOC-CHAT-41: a one-token reply of blank reasoning holds no answer, reasoning or call:
     its raw text is content and a warning is logged, streamed or not."""
     payload = {"model": QWEN3, "messages": HI, "max_tokens": 1, "temperature": 0, "think": True}
-    with caplog.at_level(logging.WARNING, "miserver.serving.replies"):
+    with caplog.at_level(logging.WARNING, "miserver.serving.chat.replies"):
         said = message(client, payload)
     assert said["content"] and not said["content"].strip()  # the model's blank first token
     assert said["reasoning_content"] is None

@@ -10,7 +10,7 @@ import torch
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from miserver.steering.applied import LIMIT as CLAMP
-from miserver.steering.applied import Item, item, snapshot
+from miserver.steering.applied import AppliedSAE, applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
 from tests.conftest import cache_dir
@@ -27,11 +27,11 @@ def engine(gguf_path: object) -> Iterator[TransformersEngine]:
     loaded.close()
 
 
-def layer_steering(sae: SAE, strengths: dict[int, float]) -> Item:
-    return item("inline", sae, sae.layer, strengths)
+def layer_steering(sae: SAE, strengths: dict[int, float]) -> AppliedSAE:
+    return applied_sae("inline", sae, sae.layer, strengths)
 
 
-def fixed(*items: Item) -> FixedSource:
+def fixed(*items: AppliedSAE) -> FixedSource:
     return FixedSource(snapshot(items))
 
 

@@ -18,7 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
-from miserver.serving import generic
+from miserver.serving.chat import generic
 from miserver.settings import Settings
 from tests.conftest import MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_tools import (

@@ -16,7 +16,7 @@ import torch
 
 from miserver.engines.base import ChatPrompt, Prefilled, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, chat, load_transformers_engine
-from miserver.serving.detokenizer import Detokenizer
+from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
 
 pytestmark = pytest.mark.model

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miserver.serving.detokenizer import Detokenizer
+from miserver.serving.completions.detokenizer import Detokenizer
 
 SAMPLES = [
     "Héllo wörld, ça va? Ñandú, naïve café.",

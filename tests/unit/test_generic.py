@@ -1,4 +1,4 @@
-"""The generic call format (impl/serving/generic.py): prompt, history, schema, reader, stream."""
+"""The generic call format (serving/chat/generic.py): prompt, history, schema, reader, stream."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from miserver.engines.base import ChatPrompt
-from miserver.serving import generic
-from miserver.serving.generic import GENERIC, DocumentBuffer, content_so_far
-from miserver.serving.toolcalls import ParsedReply, ToolCall
-from miserver.serving.tools import shown, tool_ask, tool_plan
+from miserver.serving.chat import generic
+from miserver.serving.chat.call_formats import ParsedReply, ToolCall
+from miserver.serving.chat.generic import GENERIC, DocumentBuffer, content_so_far
+from miserver.serving.chat.tools import shown, tool_ask, tool_plan
 from tests.conftest import cache_dir
 
 TOKENIZER = cache_dir() / "SmolLM2-135M-Instruct.Q4_1-747cb1f0195582d0"

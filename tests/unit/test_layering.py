@@ -115,7 +115,7 @@ def test_only_the_front_imports_the_web_framework(tmp_path: Path) -> None:
 
 
 def test_the_core_never_imports_the_front(tmp_path: Path) -> None:
-    """Issue 16 item 4: serving, steering, models, store and engines never import http,
+    """Issue 16 item 4: serving, local, steering, models, store and engines never import http,
     handlers or app; the shared leaves at the top (errors) are fine."""
     tree(
         tmp_path,
@@ -128,12 +128,46 @@ def test_the_core_never_imports_the_front(tmp_path: Path) -> None:
             "impl/steering/t.py": "from miserver import handlers\n",
             "impl/store/u.py": "from ..app import ServerState\n",
             "impl/handlers/v.py": "from ..http.errors import ApiError\n",
+            "impl/local/w.py": "from ..handlers import chat\n",
         },
     )
     assert {k for k in keys(tmp_path) if k[0] == "core"} == {
+        ("core", "miserver.local.w", "miserver.handlers.chat"),
         ("core", "miserver.serving.s", "miserver.http.errors"),
         ("core", "miserver.steering.t", "miserver.handlers"),
         ("core", "miserver.store.u", "miserver.app"),
+    }
+
+
+def test_the_serving_folders_import_downwards_only(tmp_path: Path) -> None:
+    """Issue 16 item 8: serving's top imports none of chat, completions or local; chat imports
+    neither completions nor local; completions never imports local. The allowed directions
+    (local -> completions -> chat -> serving's top) are not reported."""
+    tree(
+        tmp_path,
+        {
+            "impl/serving/stops.py": "",
+            "impl/serving/admission.py": "from .chat import tools\nfrom ..local import params\n",
+            "impl/serving/scheduler.py": "from .completions.requests import GenerationRequest\n",
+            "impl/serving/chat/tools.py": "from ..stops import held_tail\n",
+            "impl/serving/chat/reasoning.py": "from ..completions import requests\n",
+            "impl/serving/chat/thinking.py": "from miserver.local.config import X\n",
+            "impl/serving/completions/requests.py": "from ..chat import tools\n"
+            "from .. import stops\n",
+            "impl/serving/completions/service.py": "from ...local.session import Session\n",
+            "impl/local/config.py": "from ..serving.completions import requests\n",
+            "impl/local/session.py": "from ..serving.chat import thinking\n"
+            "from ..serving import stops\n",
+        },
+    )
+    rules = {"serving", "chat", "completions"}
+    assert {k for k in keys(tmp_path) if k[0] in rules} == {
+        ("serving", "miserver.serving.admission", "miserver.serving.chat.tools"),
+        ("serving", "miserver.serving.admission", "miserver.local"),
+        ("serving", "miserver.serving.scheduler", "miserver.serving.completions.requests"),
+        ("chat", "miserver.serving.chat.reasoning", "miserver.serving.completions.requests"),
+        ("chat", "miserver.serving.chat.thinking", "miserver.local.config"),
+        ("completions", "miserver.serving.completions.service", "miserver.local.session"),
     }
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import gguf as gguf_lib
 import pytest
 
+from miserver.local.session import think_ctl
 from miserver.models.experts import experts_used
-from miserver.serving.session import think_ctl
 
 TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
 

@@ -190,7 +190,7 @@ def test_needs_rules_follow_capabilities() -> None:
 
 def test_every_endpoint_field_is_declared_in_the_schema() -> None:
     """OAI-VALID-01: the matrix and the OpenAPI request schemas name the same fields."""
-    from miserver.serving.schema import v1_schema
+    from miserver.serving.request_schemas import v1_schema
 
     for endpoint, rules in matrix().endpoints.items():
         declared = v1_schema().request(endpoint).properties()

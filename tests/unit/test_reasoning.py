@@ -1,5 +1,5 @@
 """Reasoning spans: the format table, the split, the streamed split, and replies with calls
-(serving/reasoning.py, serving/replies.py)."""
+(serving/chat/reasoning.py, serving/chat/replies.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from miserver.engines.base import ChatPrompt
 from miserver.engines.chatmessages import normalize_message
 from miserver.engines.llamacpp.chat import ChatTemplate, render_text
-from miserver.serving.reasoning import FORMATS, Parts, SpanStream, Split, format_of
-from miserver.serving.replies import Piece, ReplyStream, whole
-from miserver.serving.tools import ToolPlan, tool_ask, tool_plan
+from miserver.serving.chat.reasoning import FORMATS, Parts, SpanStream, Split, format_of
+from miserver.serving.chat.replies import Piece, ReplyStream, whole
+from miserver.serving.chat.tools import ToolPlan, tool_ask, tool_plan
 
 TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
 THINK = FORMATS["think"]
@@ -212,7 +212,7 @@ def test_nothing_found_is_raw_content(
 ) -> None:
     """LOC-CHAT-41: no answer, reasoning or call: the raw text is content, with a warning,
     streamed or not."""
-    with caplog.at_level(logging.WARNING, "miserver.serving.replies"):
+    with caplog.at_level(logging.WARNING, "miserver.serving.chat.replies"):
         answer = whole(text, THINK.split(text, inside), None)
     assert (answer.content, answer.reasoning, answer.calls) == (text, None, None)
     assert "returned raw as content" in caplog.text

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from miserver.errors import ApiError
-from miserver.serving.schema_subset import PARAM, check, problems
+from miserver.serving.chat.schema_subset import PARAM, check, problems
 
 JUDGE: dict[str, Any] = {
     "title": "judge_v1",

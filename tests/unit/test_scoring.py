@@ -11,7 +11,7 @@ import torch
 from miserver.engines.base import NonFiniteLogits, Scored, ScoreQuery
 from miserver.engines.transformers.scoring import scored
 from miserver.errors import ApiError
-from miserver.serving.scoring import ScoringAsk, ScoringReply, check_mode, unused_fields
+from miserver.serving.completions.scoring import ScoringAsk, ScoringReply, check_mode, unused_fields
 
 INF = float("inf")
 NAN = float("nan")

@@ -1,4 +1,4 @@
-"""Response bodies and stream chunks (serving/shapes.py)."""
+"""Response bodies and stream chunks (serving/completions/shapes.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from miserver.serving import shapes
+from miserver.serving.completions import shapes
 
 FINGERPRINT = "millm:m@r:float32/none:transformers"
 USAGE = shapes.usage(5, 3)

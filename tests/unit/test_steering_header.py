@@ -20,7 +20,7 @@ from miserver.steering import steering_set_hash
 VECTORS: list[dict[str, Any]] = json.loads(
     (resources.files("miserver.spec") / "vectors" / "steering-header.json").read_text("utf-8")
 )
-CLASSES = {kind: cls for cls, kind in h.KINDS.items()}
+CLASSES = {kind: cls for cls, kind in h.MEMBER_KINDS.items()}
 TV1_SAE = "LiquidAI--LFM2.5-1.2B-Instruct-sae--layer_11"
 TV3_SAE = "jbloom--gemma-2-2b-res-jb--layer_20--width_16k--average_l0_71"
 TV1_HASH = "sha256:a4eae730e5105f422b93abeece7e03bda3c29b096c07aa9cee6f247e12844105"
@@ -247,7 +247,7 @@ def test_serialize_is_an_sf_list_and_parse_inverts_it(members: list[h.Member]) -
     expected = h.ordered(members or [h.NoneMember()])
     assert h.parse(value) == expected
     for item, member in zip(parsed, expected, strict=True):
-        kind = h.KINDS[type(member)]
+        kind = h.MEMBER_KINDS[type(member)]
         assert str(item.value) == kind
         order = h.ORDER[kind]
         assert list(item.params) == [p for p in order if p in item.params]

@@ -1,4 +1,4 @@
-"""Thinking on or off: the precedence, unused fields, constraints (serving/thinking.py)."""
+"""Thinking on or off: the precedence, unused fields, constraints (serving/chat/thinking.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from miserver.engines.base import ChatPrompt
 from miserver.errors import ApiError
 from miserver.generated import v1
+from miserver.serving.chat.thinking import KWARG, ThinkAsk, Thinking, settle, think_setting
+from miserver.serving.completions.requests import GenerationRequest, chat_request, with_thinking
 from miserver.serving.prompts import TextPrompt
-from miserver.serving.requests import GenerationRequest, chat_request, with_thinking
-from miserver.serving.thinking import KWARG, ThinkAsk, Thinking, settle, think_setting
 
 
 def asked(body: dict[str, Any]) -> ThinkAsk:

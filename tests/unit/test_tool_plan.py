@@ -1,4 +1,4 @@
-"""The tool ask, the plan against a template, and the stream's hold-back (serving/tools.py)."""
+"""The tool ask, the plan against a template, and the stream's hold-back (serving/chat/tools.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from miserver.engines.base import ChatPrompt
 from miserver.errors import ApiError
-from miserver.serving.toolcalls import FORMATS
-from miserver.serving.tools import CallBuffer, format_header, tool_ask, tool_plan
+from miserver.serving.chat.call_formats import FORMATS
+from miserver.serving.chat.tools import CallBuffer, format_header, tool_ask, tool_plan
 
 TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
 WEATHER = {

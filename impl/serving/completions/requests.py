@@ -4,7 +4,7 @@ cross-field rules the schema cannot say (OAI-CHAT-10).
 Everything the completion path needs from the body is read here, once: the
 prompts, sampling, tools, output format, thinking, scoring. Sampling fields a
 request leaves out stay None until the config's defaults apply, in one place
-(serving/defaults.py). The raw body has one reader besides this one: the
+(serving/completions/defaults.py). The raw body has one reader besides this one: the
 field matrix (serving/admission.py), which must see undeclared keys.
 """
 
@@ -17,16 +17,16 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel
 
-from ..engines.base import ChatPrompt
-from ..errors import ApiError, InvalidParameter
-from ..generated import v1
-from ..steering.request import InlineSet, SteeringAsk
-from .prompts import Prompt, TextPrompt, TokenPrompt, entries, value_of
-from .response_format import OutputFormat, output_format
+from ...engines.base import ChatPrompt
+from ...errors import ApiError, InvalidParameter
+from ...generated import v1
+from ...steering.request import InlineSet, SteeringAsk
+from ..chat.response_format import OutputFormat, output_format
+from ..chat.thinking import KEY as THINKING_KEY
+from ..chat.thinking import ThinkAsk
+from ..chat.tools import ToolAsk, tool_ask
+from ..prompts import Prompt, TextPrompt, TokenPrompt, entries, value_of
 from .scoring import ScoringAsk, scoring_ask
-from .thinking import KEY as THINKING_KEY
-from .thinking import ThinkAsk
-from .tools import ToolAsk, tool_ask
 
 Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
 

@@ -18,11 +18,11 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 
-from ..engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
-from ..errors import ApiError
+from ...engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
+from ...errors import ApiError
+from ..stops import StopMatcher
+from ..telemetry import Meter
 from .detokenizer import Detokenizer
-from .stops import StopMatcher
-from .telemetry import Meter
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from ..engines.base import (
+from ...engines.base import (
     Capability,
     ChatPrompt,
     Constraint,
@@ -26,22 +26,23 @@ from ..engines.base import (
     Rng,
     SamplingParams,
 )
-from ..errors import ApiError, InvalidParameter
-from ..models.manager import ModelManager
-from ..models.registry import ModelEntry
-from ..steering.header import Unknown, serialize
-from ..steering.source import RequestSource
-from . import schema_subset, shapes
+from ...errors import ApiError, InvalidParameter
+from ...models.manager import ModelManager
+from ...models.registry import ModelEntry
+from ...steering.header import Unknown, serialize
+from ...steering.source import RequestSource
+from ..chat import schema_subset
+from ..chat.reasoning import ReasoningPlan, reasoning_plan
+from ..chat.replies import ReplyStream, whole
+from ..chat.response_format import OutputFormat
+from ..chat.tools import ToolAsk, ToolPlan, shown, tool_plan
+from ..prompts import Prompt, TokenPrompt
+from ..scheduler import Ticket
+from ..telemetry import Meter
+from . import shapes
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob
-from .prompts import Prompt, TokenPrompt
-from .reasoning import ReasoningPlan, reasoning_plan
-from .replies import ReplyStream, whole
 from .requests import GenerationRequest
-from .response_format import OutputFormat
-from .scheduler import Ticket
-from .telemetry import Meter
-from .tools import ToolAsk, ToolPlan, shown, tool_plan
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidParameter
+from ...errors import InvalidParameter
 
 KEY = "enable_thinking"
 KWARG = f"chat_template_kwargs.{KEY}"
@@ -35,7 +35,7 @@ class ThinkAsk:
     """The fields that turn a chat's thinking on or off, as sent (None: not sent).
 
     `enable_thinking` is `chat_template_kwargs.enable_thinking`, checked to be a
-    boolean only where chat_template_kwargs is honoured (serving/thinking.py).
+    boolean only where chat_template_kwargs is honoured (serving/chat/thinking.py).
     """
 
     think: bool | None = None

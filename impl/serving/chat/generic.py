@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
-from ..engines.base import ChatPrompt, PromptError
-from ..engines.chatmessages import content_text
-from .toolcalls import Malformed, ParsedReply, checked_call, json_at
+from ...engines.base import ChatPrompt, PromptError
+from ...engines.chatmessages import content_text
+from .call_formats import Malformed, ParsedReply, checked_call, json_at
 
 NAME = "generic"
 CALLS, CONTENT, RESULTS = "tool_calls", "content", "tool_results"

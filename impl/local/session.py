@@ -27,10 +27,10 @@ from ..models.listing import architecture
 from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
-from .events import EventBus
-from .reasoning import format_of
-from .scheduler import Scheduler
-from .thinking import KEY
+from ..serving.chat.reasoning import format_of
+from ..serving.chat.thinking import KEY
+from ..serving.events import EventBus
+from ..serving.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 _MIB = 1024 * 1024

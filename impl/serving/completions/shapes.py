@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..engines.base import ModelFacts
+from ...engines.base import ModelFacts
 
 OBJECTS = {
     "chat": ("chatcmpl-", "chat.completion", "chat.completion.chunk"),

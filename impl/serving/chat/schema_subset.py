@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ApiError
+from ...errors import ApiError
 
 PARAM = "response_format.json_schema.schema"
 

@@ -27,8 +27,8 @@ from ..engines.base import LoadOptions
 from ..errors import ApiError
 from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
+from ..serving.completions.defaults import N_PREDICT_CAP, RequestDefaults
 from ..settings import Settings
-from .defaults import N_PREDICT_CAP, RequestDefaults
 from .params import AUTO, Param, Refused, by_key, table
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Call formats and reply parsers (impl/serving/toolcalls.py) on recorded replies."""
+"""Call formats and reply parsers (impl/serving/chat/call_formats.py) on recorded replies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from miserver.serving.toolcalls import (
+from miserver.serving.chat.call_formats import (
     FORMATS,
     CallFormat,
     ParsedReply,

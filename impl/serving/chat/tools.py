@@ -2,7 +2,7 @@
 
 `tool_ask()` reads `tools`, `tool_choice` and `parallel_tool_calls` before
 any load. Once the model is resident, `tool_plan()` reads its call format off
-its chat template (toolcalls.py), and fixes the opening a forced call appends
+its chat template (call_formats.py), and fixes the opening a forced call appends
 to the render (OAI-TOOLS-14) and, where the format's arguments are JSON,
 the grammar of what follows it, so a forced call always parses. A template
 that takes no tools (or none at all) gets the generic format (generic.py):
@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import headers as hdr
-from ..engines.base import ChatPrompt, Constraint
-from ..errors import FieldNotHonoured, InvalidParameter
+from ... import headers as hdr
+from ...engines.base import ChatPrompt, Constraint
+from ...errors import FieldNotHonoured, InvalidParameter
 from . import generic, schema_subset
+from .call_formats import CallFormat, ParsedReply, ToolCall, format_of, takes_tools
 from .generic import GENERIC, DocumentBuffer, GenericFormat
-from .toolcalls import CallFormat, ParsedReply, ToolCall, format_of, takes_tools
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ import jinja2.parser
 import yaml
 from jinja2.ext import Extension
 
-from .stops import held_tail
+from ..stops import held_tail
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,32 +16,35 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import headers as hdr
-from ..engines.base import (
+from ... import headers as hdr
+from ...engines.base import (
     Capability,
     Engine,
     NonFiniteLogits,
     PrecisionUnavailable,
 )
-from ..errors import ApiError, FieldNotHonoured, InvalidParameter
-from ..models.manager import ModelManager
-from ..models.registry import ModelEntry
-from ..settings import Settings
-from ..steering.live import LiveSteering
-from ..steering.request import Resolution, resolve_steering
-from ..steering.source import RequestSource
+from ...errors import ApiError, FieldNotHonoured, InvalidParameter
+from ...models.manager import ModelManager
+from ...models.registry import ModelEntry
+from ...settings import Settings
+from ...steering.live import LiveSteering
+from ...steering.request import Resolution, resolve_steering
+from ...steering.source import RequestSource
+from ..admission import Admission
+from ..chat.replies import Piece
+from ..chat.response_format import check_combination
+from ..chat.thinking import settle
+from ..chat.tools import format_header
+from ..events import EventBus
+from ..prompts import TextPrompt, TokenPrompt
+from ..results import Comment, Reply, StreamReply
+from ..scheduler import Scheduler, Slot, Ticket, claim, holding
+from ..telemetry import Meter
 from . import shapes
-from .admission import Admission
 from .defaults import RequestDefaults
-from .events import EventBus
 from .generation import ChoiceEnd, ChoiceJob, TextDelta, choice_events
 from .plan import Plan, Tally, job, prepare, without_unused
-from .prompts import TextPrompt, TokenPrompt
-from .replies import Piece
 from .requests import GenerationRequest, with_thinking
-from .response_format import check_combination
-from .results import Comment, Reply, StreamReply
-from .scheduler import Scheduler, Slot, Ticket, claim, holding
 from .scoring import (
     ScoringAsk,
     ScoringReply,
@@ -50,9 +53,6 @@ from .scoring import (
     check_vocabulary,
     unused_fields,
 )
-from .telemetry import Meter
-from .thinking import settle
-from .tools import format_header
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 from ..engines.base import Capability, Decision, Engine
 from ..errors import ApiError
 from ..models.manager import ModelManager
-from .scheduler import Scheduler
+from ..serving.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 

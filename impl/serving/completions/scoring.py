@@ -24,8 +24,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engines.base import Scored, ScoreQuery
-from ..errors import ApiError, FieldNotHonoured, InvalidParameter
+from ...engines.base import Scored, ScoreQuery
+from ...errors import ApiError, FieldNotHonoured, InvalidParameter
 
 MIN_TEMPERATURE = 0.001
 UNSTEERED_FIELDS = ("profile", "steering_intensity", "steering", "response_format", "tools")

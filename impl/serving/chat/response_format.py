@@ -22,9 +22,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .. import headers as hdr
-from ..engines.base import Constraint
-from ..errors import ApiError, InvalidParameter
+from ... import headers as hdr
+from ...engines.base import Constraint
+from ...errors import ApiError, InvalidParameter
 from . import schema_subset
 
 PARAM = "response_format"

@@ -24,8 +24,8 @@ from types import MappingProxyType
 
 import yaml
 
-from ..engines.base import Engine
-from .stops import held_tail
+from ...engines.base import Engine
+from ..stops import held_tail
 
 
 @dataclass(frozen=True, slots=True)
