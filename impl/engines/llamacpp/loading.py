@@ -44,7 +44,23 @@ def load_llamacpp_engine(
     header = gguf.facts(path)
     logger.info("loading %s from %s on llama.cpp", model_id, path)
     n_ctx = min(options.ctx_size, header.context_length) or header.context_length
-    llama = llama_cpp.Llama(
+    llama = _open_llama(path, n_ctx, options, embeddings=embeddings)
+    facts = _model_facts(llama, header, path, model_id=model_id, owned_by=owned_by)
+    logger.info(
+        "loaded %s (%s@%s, n_ctx %d)",
+        model_id,
+        facts.quantization,
+        facts.revision,
+        facts.context_length,
+    )
+    return LlamaCppEngine(llama, facts, chat_template(llama, header), embeddings=embeddings)
+
+
+def _open_llama(
+    path: Path, n_ctx: int, options: LoadOptions, *, embeddings: bool
+) -> llama_cpp.Llama:
+    """The model at `path` on a context of `n_ctx` tokens, set up as `options` ask."""
+    return llama_cpp.Llama(
         model_path=str(path),
         n_ctx=n_ctx,
         n_threads=options.threads or None,
@@ -60,7 +76,18 @@ def load_llamacpp_engine(
             else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED
         ),
     )
-    facts = ModelFacts(
+
+
+def _model_facts(
+    llama: llama_cpp.Llama,
+    header: gguf.GGUFFacts,
+    path: Path,
+    *,
+    model_id: str,
+    owned_by: str,
+) -> ModelFacts:
+    """What the loaded model says about itself (ModelFacts)."""
+    return ModelFacts(
         model_id=model_id,
         engine=ENGINE_NAMES[EngineId.LLAMACPP],
         context_length=int(llama.n_ctx()),
@@ -72,14 +99,6 @@ def load_llamacpp_engine(
         has_chat_template=header.chat_template is not None,
         threads=int(llama.n_threads),
     )
-    logger.info(
-        "loaded %s (%s@%s, n_ctx %d)",
-        model_id,
-        facts.quantization,
-        facts.revision,
-        facts.context_length,
-    )
-    return LlamaCppEngine(llama, facts, chat_template(llama, header), embeddings=embeddings)
 
 
 def chat_template(llama: llama_cpp.Llama, header: gguf.GGUFFacts) -> ChatTemplate:

@@ -15,6 +15,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -52,16 +53,9 @@ def prefill_choices(
     started = time.perf_counter()
     held, reused = kept.take(prompt_ids, reuse=True) if reuse else (kept.fresh(), 0)
     restore_s = time.perf_counter() - started
-    rest = list(prompt_ids[reused:])
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    logits: torch.Tensor | None = None
     try:
-        while rest:
-            if cancel.is_set():
-                break
-            chunk, rest = rest[:CHUNK_TOKENS], rest[CHUNK_TOKENS:]
-            with torch.inference_mode():
-                logits = held.feed(model, chunk, extra)
+        logits, unfed = _prefill_chunks(model, held, prompt_ids[reused:], extra, cancel=cancel)
         prefill_s, prefill_cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
         store0 = time.perf_counter()
         state_mib = _keep(kept, held, prefix_length) if reuse else 0.0
@@ -71,12 +65,11 @@ def prefill_choices(
             held.torn = True
             kept.give_back(held)
         raise
-    cancelled = logits is None or bool(rest)
+    cancelled = logits is None or unfed > 0
     logps: tuple[float | None, ...] = ()
     if not cancelled and logits is not None:
-        table = torch.log_softmax(logits.double(), dim=-1)
-        logps = tuple(_finite(float(table[i])) for i in choice_ids)
-    n_prefilled = len(prompt_ids) - reused - len(rest)
+        logps = _choice_logps(logits, choice_ids)
+    n_prefilled = len(prompt_ids) - reused - unfed
     return Decision(
         cancelled=cancelled,
         logps=logps,
@@ -89,6 +82,32 @@ def prefill_choices(
         prefill_cpu_s=prefill_cpu_s,
         prefix_state_mib=state_mib,
     )
+
+
+def _prefill_chunks(
+    model: PreTrainedModel,
+    held: Held,
+    ids: Sequence[int],
+    extra: dict[str, Any],
+    *,
+    cancel: threading.Event,
+) -> tuple[torch.Tensor | None, int]:
+    """Feed `ids` in chunks until done or cancelled: the last logits, and how many stay unfed."""
+    rest = list(ids)
+    logits: torch.Tensor | None = None
+    while rest:
+        if cancel.is_set():
+            break
+        chunk, rest = rest[:CHUNK_TOKENS], rest[CHUNK_TOKENS:]
+        with torch.inference_mode():
+            logits = held.feed(model, chunk, extra)
+    return logits, len(rest)
+
+
+def _choice_logps(logits: torch.Tensor, choice_ids: Sequence[int]) -> tuple[float | None, ...]:
+    """Each choice id's log-probability under `logits` (None where it is minus infinity)."""
+    table = torch.log_softmax(logits.double(), dim=-1)
+    return tuple(_finite(float(table[i])) for i in choice_ids)
 
 
 def _keep(kept: PrefixCache, held: Held, length: int) -> float:

@@ -62,6 +62,33 @@ class _Counts:
         )
 
 
+class _Sampler:
+    """One request's step from a pass's logits to its next token id."""
+
+    def __init__(
+        self, params: SamplingParams, rng: torch.Generator | None, guide: Guide | None
+    ) -> None:
+        self.counts = _Counts()
+        self._params = params
+        self._rng = rng
+        self._guide = guide
+        self._penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
+
+    def next_id(self, logits: torch.Tensor) -> int:
+        """Apply the penalties, then the grammar's mask, then pick (temperature, top_p, top_k)."""
+        if self._penalized:
+            logits = self.counts.penalize(logits, self._params)
+        if self._guide is not None:
+            logits = self._guide.mask(logits)
+        return pick(
+            logits,
+            temperature=self._params.temperature,
+            top_p=self._params.top_p,
+            rng=self._rng,
+            top_k=self._params.top_k,
+        )
+
+
 def decode(
     model: PreTrainedModel,
     settings: DecodeSettings,
@@ -87,26 +114,14 @@ def decode(
     if not prompt_ids:
         raise ValueError("the prompt holds no tokens")
     budget = _budget(settings, len(prompt_ids), params.max_tokens)
-    penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
-    counts = _Counts()
+    sampler = _Sampler(params, rng, guide)
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
     held, cached = prefix.take(prompt_ids, reuse=rng is None, key=key)
     try:
         pending = list(prompt_ids[cached:])
         for step in range(budget):
             with torch.inference_mode():
-                logits = held.feed(model, pending, extra).float()
-                if penalized:
-                    logits = counts.penalize(logits, params)
-                if guide is not None:
-                    logits = guide.mask(logits)
-                token_id = pick(
-                    logits,
-                    temperature=params.temperature,
-                    top_p=params.top_p,
-                    rng=rng,
-                    top_k=params.top_k,
-                )
+                token_id = sampler.next_id(held.feed(model, pending, extra).float())
             if guide is not None:
                 guide.advance(token_id)
             eos = token_id in settings.eos_ids
@@ -115,7 +130,7 @@ def decode(
             yield Token(token_id=token_id, eos=eos)
             if eos:
                 return
-            counts.add(token_id)
+            sampler.counts.add(token_id)
             pending = [token_id]
     finally:
         prefix.give_back(held)
