@@ -20,7 +20,7 @@ import pytest
 
 from miserver.app import Server
 from miserver.conformance import Outcome, Report, run
-from miserver.conformance.registry import all_checks
+from miserver.conformance.checks import all_checks
 from miserver.settings import Settings
 from tests.conformance.conftest import serving
 from tests.conftest import MODEL_ID, SAE_ID, cache_dir

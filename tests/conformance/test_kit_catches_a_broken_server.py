@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from miserver.conformance import Outcome, run
+from miserver.conformance.checks import all_checks
 from miserver.conformance.cli import main
-from miserver.conformance.registry import all_checks
 from miserver.conformance.runner import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 from tests.conformance.conftest import serving
 from tests.conformance.fake import FAULTS, fake_app
