@@ -154,6 +154,43 @@ class Info(BaseModel):
     generating: bool
 
 
+class InferenceHealth(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    backend: Annotated[
+        Literal["serial", "continuous_batching"],
+        Field(
+            description="`continuous_batching` when the resident model's engine decodes rows together, else `serial` (no model resident, or loaded serial)."
+        ),
+    ]
+    parallel: Annotated[
+        int,
+        Field(
+            description="Rows the resident engine decodes together; 1 when serial.",
+            ge=1,
+        ),
+    ]
+    slots_in_use: Annotated[
+        int,
+        Field(
+            description="Requests holding the generation slot now: rows of the batch, or the one request served alone.",
+            ge=0,
+        ),
+    ]
+    queue_length: Annotated[
+        int,
+        Field(
+            description="Requests waiting for the slot (at most QUEUE_MAX_WAITING).",
+            ge=0,
+        ),
+    ]
+    model: Annotated[
+        str | None,
+        Field(description="The resident model's id; null when none is resident."),
+    ]
+
+
 class Error(BaseModel):
     model_config = ConfigDict(
         extra="allow",

@@ -63,6 +63,7 @@ class LoadOptions:
     dtype: str = "auto"  # transformers' compute type: auto, float32, bfloat16, float16
     mmap: bool = True  # llama.cpp maps the file instead of reading it
     mlock: bool = False  # llama.cpp locks the model's pages in RAM
+    parallel: int = 1  # rows decoded together (continuous batching); 1 is serial
 
 
 DEFAULT_LOAD = LoadOptions()
@@ -245,6 +246,49 @@ class SteeringSource(Protocol):
         ...
 
 
+class BatchRow(Protocol):
+    """One sequence of a batch: its newest token (picked, not yet fed), how many tokens it
+    may generate, and how many prompt tokens its KV already held."""
+
+    @property
+    def last(self) -> Token: ...
+
+    @property
+    def budget(self) -> int: ...
+
+    @property
+    def cached(self) -> int: ...
+
+
+class Batch(Protocol):
+    """Rows decoded together, one token each per step (continuous batching).
+
+    Blocking, and only ever called from the engine's worker thread.
+    """
+
+    @property
+    def capacity(self) -> int:
+        """The most rows at once."""
+        ...
+
+    @property
+    def window(self) -> int:
+        """The most tokens one row holds: its prompt and what it generates."""
+        ...
+
+    def join(self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None) -> BatchRow:
+        """Prefill a prompt into a free row and pick its first token."""
+        ...
+
+    def step(self, rows: Sequence[BatchRow]) -> None:
+        """Feed each row's newest token in one forward pass and pick each row's next."""
+        ...
+
+    def leave(self, row: BatchRow) -> None:
+        """Free the row (idempotent)."""
+        ...
+
+
 class Engine(Protocol):
     """A loaded model that can tokenize, render chats and generate."""
 
@@ -339,6 +383,11 @@ class Engine(Protocol):
         Raises ConstraintUnsupported. Only engines with the `structured_output`
         capability implement it.
         """
+        ...
+
+    @property
+    def batch(self) -> Batch | None:
+        """The rows this engine decodes together; None when it was loaded serial."""
         ...
 
     def steered(self, source: SteeringSource) -> AbstractContextManager[None]:

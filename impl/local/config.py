@@ -176,6 +176,7 @@ class ConfigService:
             dtype=str(values["dtype"]),
             mmap=bool(values["mmap"]),
             mlock=bool(values["mlock"]),
+            parallel=int(values["parallel"]),
         )
 
     def params(self) -> list[dict[str, Any]]:

@@ -1,6 +1,11 @@
 """The generation slot and its queue (docs/DECISIONS.md, scheduling and backpressure).
 
-One request holds the slot at a time; the others wait in arrival order. Past
+The slot is held one of two ways. Exclusive: one request alone (a serial
+generation, scoring, a decision, a load). Shared: a row of the resident
+engine's batch (continuous batching, docs/DECISIONS.md), up to `rows` at once
+and never beside an exclusive holder. Requests are let in in arrival order: a
+shared one is let in while rows are free and no exclusive one waits ahead of
+it, so an exclusive request is never starved by a stream of rows. Past
 `max_waiting` waiting requests the next is refused with 503 queue_full. A
 waiter that gives up (client gone) leaves the queue at once; a holder gives
 the slot back when its work has really stopped.
@@ -33,6 +38,7 @@ class Ticket:
     granted: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    shared: bool = False  # a row of the batch, beside other rows
     released: bool = False
     halt: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -42,8 +48,9 @@ class Scheduler:
     def __init__(self, max_waiting: int, retry_after: int) -> None:
         self._max_waiting = max_waiting
         self._retry_after = retry_after
-        self._holder: Ticket | None = None
+        self._holders: set[Ticket] = set()
         self._waiting: deque[Ticket] = deque()
+        self._rows = 1
 
     @property
     def waiting(self) -> int:
@@ -51,7 +58,22 @@ class Scheduler:
 
     @property
     def busy(self) -> bool:
-        return self._holder is not None
+        return bool(self._holders)
+
+    @property
+    def in_use(self) -> int:
+        """How many requests hold the slot now (rows of the batch, or the one alone)."""
+        return len(self._holders)
+
+    @property
+    def rows(self) -> int:
+        """How many shared holders at most: the resident engine's batch rows (1: serial)."""
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: int) -> None:
+        self._rows = max(1, rows)
+        self._grant_next()
 
     def _full(self) -> ApiError:
         return ApiError(
@@ -60,16 +82,15 @@ class Scheduler:
             headers={"Retry-After": str(self._retry_after)},
         )
 
-    def enter(self, *, front: bool = False) -> Ticket:
-        """A place in line (granted at once when the slot is free); 503 when the queue is full.
+    def enter(self, *, front: bool = False, shared: bool = False) -> Ticket:
+        """A place in line (granted at once when it may hold now); 503 when the queue is full.
 
         `front` puts a model switch ahead of the waiters: they would need the
-        old model, which is about to go.
+        old model, which is about to go. `shared` asks for a row of the batch.
         """
-        ticket = Ticket()
-        if self._holder is None:
-            self._holder = ticket
-            ticket.granted.set_result(None)
+        ticket = Ticket(shared=shared)
+        if (front or not self._waiting) and self._may_hold(ticket):
+            self._grant(ticket)
             return ticket
         if len(self._waiting) >= self._max_waiting:
             raise self._full()
@@ -79,6 +100,16 @@ class Scheduler:
             self._waiting.append(ticket)
         return ticket
 
+    def _may_hold(self, ticket: Ticket) -> bool:
+        if not ticket.shared:
+            return not self._holders
+        rows = [h for h in self._holders if h.shared]
+        return len(rows) == len(self._holders) and len(rows) < self._rows
+
+    def _grant(self, ticket: Ticket) -> None:
+        self._holders.add(ticket)
+        ticket.granted.set_result(None)
+
     async def wait(self, ticket: Ticket, timeout: float | None = None) -> bool:
         """Wait for the slot up to `timeout` seconds, keeping the place in line."""
         if ticket.granted.done():
@@ -87,16 +118,16 @@ class Scheduler:
         return bool(done)
 
     def halt_holder(self) -> None:
-        """Ask the request holding the slot to stop at its next token."""
-        if self._holder is not None:
-            self._holder.halt.set()
+        """Ask every request holding the slot to stop at its next token."""
+        for holder in self._holders:
+            holder.halt.set()
 
     def cancel_holder(self) -> bool:
-        """`POST /api/cancel`: ask the work holding the slot to stop; False if none holds it."""
-        if self._holder is None:
-            return False
-        self._holder.cancel.set()
-        return True
+        """`POST /api/cancel`: ask the work holding the slot (every row) to stop; False if
+        none holds it."""
+        for holder in self._holders:
+            holder.cancel.set()
+        return bool(self._holders)
 
     @asynccontextmanager
     async def hold(self, *, front: bool = False) -> AsyncIterator[Ticket]:
@@ -114,19 +145,24 @@ class Scheduler:
         if ticket.released:
             return
         ticket.released = True
-        if ticket is self._holder:
-            self._holder = None
+        if ticket in self._holders:
+            self._holders.discard(ticket)
             self._grant_next()
         elif ticket in self._waiting:
             self._waiting.remove(ticket)
+            self._grant_next()  # an exclusive waiter that left may have held rows back
 
     def _grant_next(self) -> None:
+        """Let in the waiters at the head of the line that may hold now, in order."""
         while self._waiting:
-            ticket = self._waiting.popleft()
-            if not ticket.granted.done():
-                self._holder = ticket
-                ticket.granted.set_result(None)
+            ticket = self._waiting[0]
+            if ticket.granted.done():  # cancelled while waiting
+                self._waiting.popleft()
+                continue
+            if not self._may_hold(ticket):
                 return
+            self._waiting.popleft()
+            self._grant(ticket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +174,12 @@ class Slot:
 
 
 async def claim(
-    manager: ModelManager, scheduler: Scheduler, entry: ModelEntry, switch_timeout: float
+    manager: ModelManager,
+    scheduler: Scheduler,
+    entry: ModelEntry,
+    switch_timeout: float,
+    *,
+    shared: bool = False,
 ) -> Slot:
     """Hold the slot with `entry` resident, switching models first if needed; the caller
     gives the ticket back (`holding` does it for a block).
@@ -150,13 +191,16 @@ async def claim(
     switch = manager.engine_if_resident(entry) is None
     if switch:
         manager.check_loadable(entry)
-    ticket = scheduler.enter(front=switch)
+    ticket = scheduler.enter(front=switch, shared=shared and not switch)
     try:
         if switch:
             manager.begin_switch(entry)
             if not await scheduler.wait(ticket, switch_timeout):
                 scheduler.halt_holder()
         await scheduler.wait(ticket)
+        if ticket.shared and manager.engine_if_resident(entry) is None:
+            scheduler.leave(ticket)  # the model went while this row waited: load it alone
+            return await claim(manager, scheduler, entry, switch_timeout)
         engine = await manager.ensure(entry)
     except BaseException:
         manager.abort_switch(entry)
@@ -167,10 +211,15 @@ async def claim(
 
 @asynccontextmanager
 async def holding(
-    manager: ModelManager, scheduler: Scheduler, entry: ModelEntry, switch_timeout: float
+    manager: ModelManager,
+    scheduler: Scheduler,
+    entry: ModelEntry,
+    switch_timeout: float,
+    *,
+    shared: bool = False,
 ) -> AsyncIterator[Slot]:
     """`claim` for the block: the slot is given back when it ends, however it ends."""
-    slot = await claim(manager, scheduler, entry, switch_timeout)
+    slot = await claim(manager, scheduler, entry, switch_timeout, shared=shared)
     try:
         yield slot
     finally:

@@ -21,13 +21,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import AsyncOpenAI, OpenAI
 
 from tests import openai_reference
 from tests.conftest import MODEL_ID, cache_dir
@@ -89,11 +89,15 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def live_server(
-    workdir: Path, env: Mapping[str, str] | None = None, model: str | None = MODEL_ID
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    model: str | None = MODEL_ID,
+    args: Sequence[str] = (),
 ) -> Iterator[LiveServer]:
     """Run `miserver serve` until the block ends; its output goes to `workdir/server.log`.
 
     `model` None starts it as a user would, with no `--model`: the embedded GGUF.
+    `args` are more `serve` flags.
     """
     port = free_port()
     log_path = workdir / "server.log"
@@ -111,6 +115,7 @@ def live_server(
         str(cache_dir()),
         "--log-level",
         "info",
+        *args,
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -211,3 +216,13 @@ def sdk(base_url: str, openai_check: Check) -> Iterator[OpenAI]:
     """`checked_sdk` on the in-process-built default server."""
     with checked_sdk(base_url, openai_check) as client:
         yield client
+
+
+def async_sdk(base_url: str, check: Check) -> AsyncOpenAI:
+    """The official async client on `base_url`, every body checked against OpenAI's schemas."""
+    return AsyncOpenAI(
+        base_url=base_url,
+        api_key="not-needed",
+        max_retries=0,
+        http_client=openai_reference.async_client(check),
+    )

@@ -16,11 +16,11 @@ from typing import Any
 
 import openai
 import pytest
-from openai import AsyncOpenAI, OpenAI
+from openai import OpenAI
 
 from tests import openai_reference
 from tests.conftest import GGUF_ID, MODEL_ID
-from tests.e2e.conftest import LiveServer
+from tests.e2e.conftest import LiveServer, async_sdk
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
@@ -59,15 +59,6 @@ def sdk(target: Target, openai_check: Check) -> Iterator[OpenAI]:
         base_url=target.base_url, api_key="not-needed", max_retries=0, http_client=http
     ) as client:
         yield client
-
-
-def async_sdk(target: Target, check: Check) -> AsyncOpenAI:
-    return AsyncOpenAI(
-        base_url=target.base_url,
-        api_key="not-needed",
-        max_retries=0,
-        http_client=openai_reference.async_client(check),
-    )
 
 
 def test_chat_and_its_raw_response(sdk: OpenAI, target: Target) -> None:
@@ -196,7 +187,7 @@ def test_errors(sdk: OpenAI, target: Target) -> None:
 async def test_async_client(target: Target, openai_check: Check) -> None:
     """OAI-INTEG-04, OAI-STREAM-05, OAI-ERR-01: the AsyncOpenAI client: chat, stream helper
     with usage, completion, embeddings, models and a refusal."""
-    async with async_sdk(target, openai_check) as sdk:
+    async with async_sdk(target.base_url, openai_check) as sdk:
         reply = await sdk.chat.completions.create(
             model=target.model, messages=HELLO, max_tokens=ROOM, temperature=0
         )

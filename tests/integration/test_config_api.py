@@ -97,7 +97,7 @@ def test_the_table_has_the_rows_the_api_names(client: TestClient) -> None:
     assert rows["decide"]["type"] == "bool"
     for key in ("temp", "top-k", "top-p", "seed", "engine", "ctx-size", "threads"):
         assert key in rows
-    for key in ("batch-size", "n-gpu-layers", "dtype", "device", "mmap", "mlock"):
+    for key in ("batch-size", "parallel", "n-gpu-layers", "dtype", "device", "mmap", "mlock"):
         assert key in rows
     assert "chat-template" not in rows  # chats always use the model's template
     assert rows["decide"]["default"] is True
@@ -387,6 +387,7 @@ CHANGED = {
     "ctx-size": 4096,
     "threads": 3,
     "batch-size": 256,
+    "parallel": 4,
     "n-gpu-layers": 4,
     "dtype": "float32",
     "mmap": False,
@@ -437,8 +438,22 @@ def test_args_reproduce_the_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--temp", "2.5"], ["--top-k", "many"], ["--engine", "vllm"], ["--seed", "auto"]],
-    ids=["above-max", "not-a-number", "unknown-choice", "auto-not-accepted"],
+    [
+        ["--temp", "2.5"],
+        ["--top-k", "many"],
+        ["--engine", "vllm"],
+        ["--seed", "auto"],
+        ["--parallel", "0"],
+        ["--parallel", "65"],
+    ],
+    ids=[
+        "above-max",
+        "not-a-number",
+        "unknown-choice",
+        "auto-not-accepted",
+        "parallel-below-min",
+        "parallel-above-max",
+    ],
 )
 def test_a_flag_the_row_refuses_stops_the_launch(args: list[str]) -> None:
     """LOC-PARAMS-09, -13: a launch flag is parsed by its row; a value the row refuses is a
@@ -448,3 +463,43 @@ def test_a_flag_the_row_refuses_stops_the_launch(args: list[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli._parser().parse_args(["serve", *args])
     assert stopped.value.code == 2
+
+
+# -- continuous batching is opt-in (OAI-CBM-01) ------------------------------------------------
+
+
+def test_parallel_is_serial_unless_enabled(client: TestClient) -> None:
+    """OAI-CBM-01: the `parallel` row is an advanced session int, 1 to 64, default 1, so a
+    server nobody configured loads serial; "auto" and values out of range are refused."""
+    row = {row["key"]: row for row in client.get("/api/params").json()}["parallel"]
+    assert (row["type"], row["scope"], row["group"], row["level"]) == (
+        "int",
+        "session",
+        "compute",
+        "advanced",
+    )
+    assert (row["flag"], row["min"], row["max"], row["default"]) == ("--parallel", 1, 64, 1)
+    assert client.get("/api/config").json()["values"]["parallel"] == 1
+    server = cast(Server, client.app)
+    assert server.state.config.load_options().parallel == 1
+    change = put(client, {"values": {"parallel": 0, "top-k": 3}})
+    assert set(change["rejected"]) == {"parallel"}
+    change = put(client, {"values": {"parallel": "auto"}})
+    assert set(change["rejected"]) == {"parallel"}
+    change = put(client, {"values": {"parallel": 8}})
+    assert change["rejected"] == {} and change["user_keys"] == ["parallel", "top-k"]
+    assert server.state.config.load_options().parallel == 8
+
+
+def test_the_parallel_flag_reaches_the_config_and_the_next_load(tmp_path: Path) -> None:
+    """OAI-CBM-01, LOC-PARAMS-09: `miserver serve --parallel 4` (parsed by the real command
+    line) is the operator's `parallel`, in `args`, never saved, and the next load's
+    `LoadOptions.parallel`."""
+    server = relaunched(["--parallel", "4"], tmp_path / "data")
+    with LocalClient(server) as client:
+        config = client.get("/api/config").json()
+    assert config["values"]["parallel"] == 4
+    assert "parallel" in config["operator_keys"] and config["user_keys"] == []
+    assert config["args"][config["args"].index("--parallel") + 1] == "4"
+    assert server.state.config.load_options().parallel == 4
+    assert not (tmp_path / "data" / SETTINGS_FILE).exists()

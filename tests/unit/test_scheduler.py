@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from miserver.errors import ApiError
-from miserver.serving.scheduler import Scheduler
+from miserver.serving.scheduler import Scheduler, Ticket
 
 
 def test_waiters_are_served_in_arrival_order() -> None:
@@ -65,5 +65,81 @@ def test_a_waiter_that_leaves_gives_up_its_place() -> None:
         scheduler.leave(nxt)
         scheduler.leave(nxt)
         assert not scheduler.busy
+
+    asyncio.run(scenario())
+
+
+def granted(*tickets: Ticket) -> list[bool]:
+    return [t.granted.done() for t in tickets]
+
+
+def test_rows_share_the_slot_up_to_the_batch() -> None:
+    """OAI-CBM-02: with a batch of three rows, three shared requests hold the slot at once;
+    the fourth waits for a row to end."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(max_waiting=4, retry_after=1)
+        scheduler.rows = 3
+        rows = [scheduler.enter(shared=True) for _ in range(4)]
+        assert granted(*rows) == [True, True, True, False]
+        assert scheduler.in_use == 3 and scheduler.waiting == 1
+        scheduler.leave(rows[1])
+        assert granted(rows[3]) == [True]
+        for row in rows:
+            scheduler.leave(row)
+        assert not scheduler.busy
+
+    asyncio.run(scenario())
+
+
+def test_an_exclusive_request_waits_for_the_rows_and_holds_later_rows_back() -> None:
+    """OAI-CBM-03..12 (the serial path): a request that must run alone waits until the rows
+    end; a row that comes after it waits behind it, so it is never starved."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(max_waiting=4, retry_after=1)
+        scheduler.rows = 4
+        first, second = scheduler.enter(shared=True), scheduler.enter(shared=True)
+        alone = scheduler.enter()
+        later = scheduler.enter(shared=True)
+        assert granted(first, second, alone, later) == [True, True, False, False]
+        scheduler.leave(first)
+        assert granted(alone, later) == [False, False]
+        scheduler.leave(second)
+        assert granted(alone, later) == [True, False]
+        scheduler.leave(alone)
+        assert granted(later) == [True]
+        scheduler.leave(later)
+
+    asyncio.run(scenario())
+
+
+def test_an_exclusive_waiter_that_leaves_lets_the_rows_in() -> None:
+    """OAI-CBM-02: rows held back behind a serial request go in as soon as it gives up."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(max_waiting=4, retry_after=1)
+        scheduler.rows = 2
+        row = scheduler.enter(shared=True)
+        alone = scheduler.enter()
+        behind = scheduler.enter(shared=True)
+        scheduler.leave(alone)
+        assert granted(behind) == [True]
+        for ticket in (row, behind):
+            scheduler.leave(ticket)
+
+    asyncio.run(scenario())
+
+
+def test_cancel_and_halt_reach_every_row() -> None:
+    """LOC-CANCEL-01: POST /api/cancel, and a model switch, stop every row of the batch."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(max_waiting=4, retry_after=1)
+        scheduler.rows = 2
+        rows = [scheduler.enter(shared=True) for _ in range(2)]
+        assert scheduler.cancel_holder()
+        scheduler.halt_holder()
+        assert all(r.cancel.is_set() and r.halt.is_set() for r in rows)
 
     asyncio.run(scenario())

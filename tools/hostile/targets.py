@@ -177,6 +177,7 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "model": ("GET", f"/v1/models/{MODEL}", None),
     "api-openapi": ("GET", "/api/openapi.json", None),
     "info": ("GET", "/api/info", None),
+    "health-inference": ("GET", "/api/health/inference", None),
     "events": ("GET", "/api/events", None),
     "local-models": ("GET", "/api/models", None),
     "schema": ("GET", "/api/schemas/millm-scoring-api-v1.json", None),

@@ -12,6 +12,7 @@ from typing import Any
 import llama_cpp
 
 from ..base import (
+    BatchRow,
     Capability,
     ChatPrompt,
     Constraint,
@@ -29,6 +30,7 @@ from ..base import (
 from ..chatmessages import decision_prompt, prefix_length
 from ..grammar import Grammars
 from . import chat, deciding, embedding, grammar
+from .batch import Row, Rows
 from .context import Context
 from .deciding import KeptPrefix
 from .decoding import check_ids, decode
@@ -59,8 +61,13 @@ class LlamaCppEngine:
         template: chat.ChatTemplate,
         *,
         embeddings: bool = True,
+        parallel: int = 1,
     ):
         self._context: Context | None = Context(llama)
+        self._batch: RowsBatch | None = None
+        if parallel > 1:
+            window = int(llama.n_ctx()) // parallel  # the rows share the serial window's KV
+            self._batch = RowsBatch(self, Rows(llama, parallel, window))
         self._grammars: Grammars | None = grammar.grammars(self._context)
         self._embeddings = embeddings
         self._facts = facts
@@ -81,6 +88,11 @@ class LlamaCppEngine:
         if self._context is None:
             raise RuntimeError(f"engine for {self._facts.model_id} is closed")
         return self._context
+
+    @property
+    def batch(self) -> RowsBatch | None:
+        """Rows decoded together on their own context (loaded with `parallel` > 1)."""
+        return self._batch
 
     @property
     def template(self) -> chat.ChatTemplate:
@@ -208,6 +220,49 @@ class LlamaCppEngine:
             return
         context, self._context = self._context, None
         self._kept = None
+        if self._batch is not None:
+            self._batch.close()
         self._grammars = None
         context.close()
         logger.info("closed llama.cpp engine for %s", self._facts.model_id)
+
+
+class RowsBatch:
+    """The engine's `Batch`: `Rows`, with a request's constraint and seed made as the serial
+    path makes them."""
+
+    def __init__(self, engine: LlamaCppEngine, rows: Rows) -> None:
+        self._engine = engine
+        self._rows = rows
+
+    @property
+    def capacity(self) -> int:
+        return self._rows.capacity
+
+    @property
+    def window(self) -> int:
+        return self._rows.window
+
+    def join(self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None) -> Row:
+        if rng is not None and not isinstance(rng, Seeds):
+            raise TypeError("rng must come from this engine's new_rng")
+        check_ids(prompt_ids, self._engine.facts.vocab_size)
+        constraint = params.constraint
+        guide = None if constraint is None else self._engine.grammars.guide(constraint)
+        seed = None if rng is None else rng.next()
+        return self._rows.join(prompt_ids, params, seed=seed, guide=guide)
+
+    def step(self, rows: Sequence[BatchRow]) -> None:
+        self._rows.step([_own(row) for row in rows])
+
+    def leave(self, row: BatchRow) -> None:
+        self._rows.leave(_own(row))
+
+    def close(self) -> None:
+        self._rows.close()
+
+
+def _own(row: BatchRow) -> Row:
+    if not isinstance(row, Row):
+        raise TypeError("the row comes from another batch")
+    return row

@@ -53,7 +53,10 @@ def load_llamacpp_engine(
         facts.revision,
         facts.context_length,
     )
-    return LlamaCppEngine(llama, facts, chat_template(llama, header), embeddings=embeddings)
+    template = chat_template(llama, header)
+    return LlamaCppEngine(
+        llama, facts, template, embeddings=embeddings, parallel=max(1, options.parallel)
+    )
 
 
 def _open_llama(

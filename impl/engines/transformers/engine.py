@@ -194,6 +194,11 @@ class TransformersEngine:
             keeps_last=self._settings.keeps_last_logits,
         )
 
+    @property
+    def batch(self) -> None:
+        """Serial only, for now: every request runs alone (docs/DECISIONS.md)."""
+        return None
+
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
         """Generations started inside the block are steered; the KV prefix is kept per state.

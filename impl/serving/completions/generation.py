@@ -12,13 +12,13 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 
-from ...engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource
+from ...engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource, Token
 from ...errors import ApiError
 from ..stops import StopMatcher
 from ..telemetry import Meter
@@ -86,41 +86,72 @@ def run_choice(
     emit(end)
 
 
+class ChoiceText:
+    """One choice's text as its tokens come: detokenized, stop strings held back, counted,
+    metered. The serial loop (`_generate`) and the batch (serving/completions/batching.py)
+    both feed it, so a choice ends the same way on either."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        job: ChoiceJob,
+        cancel: threading.Event,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self._detok = Detokenizer(partial(engine.decode, keep_special=job.keep_special))
+        self._stopper = StopMatcher(job.stop_strings)
+        self._job = job
+        self._cancel = cancel
+        self._emit = emit
+        self.count = 0
+        self.cached = 0
+
+    def push(self, token: Token, elapsed: float) -> ChoiceEnd | None:
+        """Take one token (`elapsed`: seconds its step took); the end, if it ends here."""
+        job = self._job
+        self.count += 1
+        if job.meter is not None:
+            job.meter.token(elapsed)
+        if token.eos:
+            return self.finish("stop")
+        text, matched = self._stopper.push(self._detok.push(token.token_id))
+        if text:
+            self._emit(TextDelta(text))
+        if matched:
+            return ChoiceEnd("stop", self.count, self.cached)
+        if self._cancel.is_set() or (job.cancelled is not None and job.cancelled.is_set()):
+            return ChoiceEnd("cancelled", self.count, self.cached)
+        if job.halted is not None and job.halted.is_set():
+            return ChoiceEnd("halted", self.count, self.cached)
+        return None
+
+    def finish(self, reason: str) -> ChoiceEnd:
+        """The end once no token is left (`reason`: "length", or "stop" after an EOS): the
+        held-back text goes out, unless it completes a stop string."""
+        text, matched = self._stopper.push(self._detok.flush())
+        tail = text if matched else text + self._stopper.flush()
+        if tail:
+            self._emit(TextDelta(tail))
+        return ChoiceEnd("stop" if matched else reason, self.count, self.cached)
+
+
 def _generate(
     engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
 ) -> ChoiceEnd | ChoiceFailed:
     """Generate one choice, emitting its deltas; returns the end event."""
-    detok = Detokenizer(partial(engine.decode, keep_special=job.keep_special))
-    stopper = StopMatcher(job.stop_strings)
-    count, cached, reason = 0, 0, "length"
+    text = ChoiceText(engine, job, cancel, emit)
     tokens = engine.generate(job.prompt_ids, job.params, job.rng)
     try:
         stepped = time.perf_counter()
         for token in tokens:
             if isinstance(token, Prefilled):
-                cached = token.cached_tokens
+                text.cached = token.cached_tokens
                 continue
-            count += 1
-            if job.meter is not None:
-                job.meter.token(time.perf_counter() - stepped)
-            if token.eos:
-                reason = "stop"
-                break
-            text, matched = stopper.push(detok.push(token.token_id))
-            if text:
-                emit(TextDelta(text))
-            if matched:
-                return ChoiceEnd("stop", count, cached)
-            if cancel.is_set() or (job.cancelled is not None and job.cancelled.is_set()):
-                return ChoiceEnd("cancelled", count, cached)
-            if job.halted is not None and job.halted.is_set():
-                return ChoiceEnd("halted", count, cached)
+            end = text.push(token, time.perf_counter() - stepped)
+            if end is not None:
+                return end
             stepped = time.perf_counter()
-        text, matched = stopper.push(detok.flush())
-        tail = text if matched else text + stopper.flush()
-        if tail:
-            emit(TextDelta(tail))
-        return ChoiceEnd("stop" if matched else reason, count, cached)
+        return text.finish("length")
     except Exception as exc:  # the engine's fault, reported to the client as an error event
         log.exception("generation failed")
         return ChoiceFailed(exc)
@@ -128,46 +159,66 @@ def _generate(
         tokens.close()
 
 
-async def stream_choice(
-    engine: Engine, job: ChoiceJob, executor: Executor, on_done: Callable[[], None] | None = None
-) -> AsyncIterator[Event]:
-    """The events of one choice; `on_done` runs once the worker has really stopped."""
+class Inbox:
+    """Where one choice's events cross from the engine's thread to the event loop. Closing
+    its reader sets `cancel`: the choice stops before its next forward pass."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.cancel = threading.Event()
+
+    def emit(self, event: Event) -> None:
+        """Safe from any thread."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    async def read(self) -> AsyncGenerator[Event, None]:
+        """The events until the end (or failure) event."""
+        try:
+            while True:
+                event = await self._queue.get()
+                yield event
+                if not isinstance(event, TextDelta):
+                    return
+        finally:
+            self.cancel.set()
+
+
+def stream_choice(
+    engine: Engine, job: ChoiceJob, executor: Executor
+) -> AsyncGenerator[Event, None]:
+    """The events of one choice, generated alone in the engine's thread."""
+    inbox = Inbox()
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Event] = asyncio.Queue()
-    cancel = threading.Event()
-
-    def emit(event: Event) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, event)
-
-    future = loop.run_in_executor(executor, run_choice, engine, job, cancel, emit)
-    if on_done is not None:
-        future.add_done_callback(lambda _: on_done())
-    try:
-        while True:
-            event = await queue.get()
-            yield event
-            if not isinstance(event, TextDelta):
-                return
-    finally:
-        cancel.set()
+    loop.run_in_executor(executor, run_choice, engine, job, inbox.cancel, inbox.emit)
+    return inbox.read()
 
 
-async def choice_events(
+def choice_events(
     engine: Engine, job: ChoiceJob, executor: Executor
 ) -> AsyncIterator[TextDelta | ChoiceEnd]:
-    """One choice as the JSON and the SSE paths both read it: its text pieces, then its end.
+    """One choice as the JSON and the SSE paths both read it: its text pieces, then its end."""
+    return delivered(stream_choice(engine, job, executor))
+
+
+async def delivered(events: AsyncGenerator[Event, None]) -> AsyncIterator[TextDelta | ChoiceEnd]:
+    """A choice's events as its readers take them, whether it ran alone or in the batch.
 
     A failure in the engine is raised here; a generation halted for a model switch
-    ends the request with 503 model_busy.
+    ends the request with 503 model_busy. Closing this closes `events` at once, which
+    stops the choice.
     """
-    async for event in stream_choice(engine, job, executor):
-        if isinstance(event, ChoiceFailed):
-            raise event.error
-        if isinstance(event, ChoiceEnd):
-            yield unless_halted(event)
-            return
-        yield event
-    raise RuntimeError("generation ended without an end event")
+    try:
+        async for event in events:
+            if isinstance(event, ChoiceFailed):
+                raise event.error
+            if isinstance(event, ChoiceEnd):
+                yield unless_halted(event)
+                return
+            yield event
+        raise RuntimeError("generation ended without an end event")
+    finally:
+        await events.aclose()
 
 
 def unless_halted(end: ChoiceEnd) -> ChoiceEnd:

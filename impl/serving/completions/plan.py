@@ -64,6 +64,7 @@ class Plan:
     # The config's request defaults, read once when the request came in: a request that
     # waits in the queue keeps the defaults it saw.
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
+    prepared_for: Engine | None = None  # the engine `prepare` read the prompts with
 
     @property
     def output(self) -> OutputFormat | None:
@@ -180,7 +181,10 @@ def prompt_ids(
 
 
 async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
-    """Tokenize every prompt and fix its budget; refusals before any generation."""
+    """Tokenize every prompt and fix its budget; refusals before any generation. Prepared
+    again for another engine (a reload), it starts over."""
+    plan.prompt_ids, plan.budgets, plan.reasoning = [], [], None
+    plan.prepared_for = engine
     plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
     for i, prompt in enumerate(plan.request.prompts):
         ids = await manager.tokenize(partial(prompt_ids, engine, prompt, i, plan.tools))

@@ -18,6 +18,7 @@ from typing import Any
 
 from ... import headers as hdr
 from ...engines.base import (
+    Batch,
     Capability,
     Engine,
     NonFiniteLogits,
@@ -41,6 +42,7 @@ from ..results import Comment, Reply, StreamReply
 from ..scheduler import Scheduler, Slot, Ticket, claim, holding
 from ..telemetry import Meter
 from . import shapes
+from .batching import Batcher, Progress
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob, TextDelta, choice_events
 from .plan import Plan, Tally, job, prepare, without_unused
@@ -78,6 +80,7 @@ class CompletionService:
         self._manager = manager
         self._scheduler = scheduler
         self._executor = executor
+        self._batchers: weakref.WeakKeyDictionary[Batch, Batcher] = weakref.WeakKeyDictionary()
 
     async def serve(self, req: GenerationRequest, admission: Admission) -> Reply | StreamReply:
         """Answer one chat or text completion request: refusals first (none needs the model),
@@ -169,7 +172,7 @@ class CompletionService:
 
     async def _score(self, plan: Plan, headers: dict[str, str], ask: ScoringAsk) -> Reply:
         """One unsteered forward pass per prompt; nothing generated (OAI-SCORE, OAI-CSCORE)."""
-        async with self._holding(plan.entry) as slot:
+        async with self._holding(plan.entry, shared=False) as slot:
             engine = slot.engine
             if plan.request.endpoint == "chat" and not engine.facts.has_chat_template:
                 raise ApiError(
@@ -224,15 +227,50 @@ class CompletionService:
 
     # -- non-streamed ------------------------------------------------------------
 
-    def _holding(self, entry: ModelEntry) -> AbstractAsyncContextManager[Slot]:
-        """The slot with `entry` resident for a block (serving/scheduler.py)."""
+    def _holding(self, entry: ModelEntry, *, shared: bool) -> AbstractAsyncContextManager[Slot]:
+        """The slot with `entry` resident for a block (serving/scheduler.py); `shared`: a row."""
         switch_timeout = self._settings.graceful_unload_timeout
-        return holding(self._manager, self._scheduler, entry, switch_timeout)
+        return holding(self._manager, self._scheduler, entry, switch_timeout, shared=shared)
+
+    def _as_row(self, plan: Plan) -> bool:
+        """Whether the request's choices decode as rows of the resident engine's batch
+        (docs/DECISIONS.md, continuous batching): a prepared request whose every prompt and
+        budget fit a row, unless seeded: a seed's byte-identical promise holds only on the
+        serial path (OAI-CBM-08)."""
+        engine = plan.prepared_for
+        batch = None if engine is None else engine.batch
+        if batch is None or plan.request.seed is not None:
+            return False
+        if engine is not self._manager.engine_if_resident(plan.entry):
+            return False
+        sizes = zip(plan.prompt_ids, plan.budgets, strict=True)
+        if any(len(ids) + budget > batch.window for ids, budget in sizes):
+            return False
+        self._scheduler.rows = batch.capacity
+        return True
+
+    def _choice_events(
+        self, engine: Engine, job: ChoiceJob, ticket: Ticket
+    ) -> AsyncIterator[TextDelta | ChoiceEnd]:
+        """One choice's events: a row of the batch when the ticket is a row, else alone."""
+        batch = engine.batch
+        if not ticket.shared or batch is None:
+            return choice_events(engine, job, self._executor)
+        batcher = self._batchers.get(batch)
+        if batcher is None:
+            progress = Progress(publish=self._bus.publish)
+            batcher = Batcher(engine, batch, self._executor, progress)
+            self._batchers[batch] = batcher
+        return batcher.events(job)
 
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
-        async with self._holding(plan.entry) as slot:
+        resident = self._manager.engine_if_resident(plan.entry)
+        if resident is not None:  # prepared first: whether it runs as a row needs its sizes
+            await prepare(plan, resident, self._manager)
+        async with self._holding(plan.entry, shared=self._as_row(plan)) as slot:
             engine = slot.engine
-            await prepare(plan, engine, self._manager)
+            if plan.prepared_for is not engine:
+                await prepare(plan, engine, self._manager)
             self._start_steering(plan, engine)
             with self._generating():
                 choices, tally = await self._generate_all(plan, engine, slot.ticket)
@@ -263,14 +301,14 @@ class CompletionService:
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
                 work = job(plan, i, rng, ticket, meter=self._meter(plan, i))
-                text, end = await self._collect(engine, work)
+                text, end = await self._collect(self._choice_events(engine, work, ticket))
                 choices.append(plan.choice(len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
         return choices, tally
 
-    async def _collect(self, engine: Engine, job: ChoiceJob) -> tuple[str, ChoiceEnd]:
+    async def _collect(self, events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[str, ChoiceEnd]:
         parts: list[str] = []
-        async for event in choice_events(engine, job, self._executor):
+        async for event in events:
             if isinstance(event, TextDelta):
                 parts.append(event.text)
             else:
@@ -296,13 +334,14 @@ class CompletionService:
             switch_timeout = self._settings.graceful_unload_timeout
             slot = await claim(self._manager, self._scheduler, plan.entry, switch_timeout)
             ticket, engine = slot.ticket, slot.engine
+            try:
+                await prepare(plan, engine, self._manager)
+            except BaseException:
+                self._scheduler.leave(ticket)
+                raise
         else:
-            ticket = self._scheduler.enter()
-        try:
             await prepare(plan, engine, self._manager)
-        except BaseException:
-            self._scheduler.leave(ticket)
-            raise
+            ticket = self._scheduler.enter(shared=self._as_row(plan))
         events = self._events(plan, ticket)
         # A stream whose body never starts (client gone first) still gives its place back.
         loop = asyncio.get_running_loop()
@@ -315,7 +354,14 @@ class CompletionService:
         try:
             while not await self._scheduler.wait(ticket, self._settings.queue_heartbeat):
                 yield Comment("waiting for a turn")
+            if ticket.shared and self._manager.engine_if_resident(plan.entry) is None:
+                self._scheduler.leave(ticket)  # the model went while this row waited: load it
+                switch_timeout = self._settings.graceful_unload_timeout
+                slot = await claim(self._manager, self._scheduler, plan.entry, switch_timeout)
+                ticket = slot.ticket
             engine = await self._manager.ensure(plan.entry)
+            if plan.prepared_for is not engine:  # reloaded while this request waited
+                await prepare(plan, engine, self._manager)
             self._start_steering(plan, engine)
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
             out = env.chunks(shapes.fingerprint(engine.facts), plan.request.include_usage)
@@ -345,7 +391,7 @@ class CompletionService:
         work = job(plan, i, engine.new_rng(plan.request.seed), ticket, meter=self._meter(plan, i))
         reply = plan.reply_stream(i)
         document: list[str] = []  # a constrained reply, validated once it ends
-        async for event in choice_events(engine, work, self._executor):
+        async for event in self._choice_events(engine, work, ticket):
             if isinstance(event, TextDelta):
                 if plan.output is not None:
                     document.append(event.text)

@@ -1,0 +1,224 @@
+"""Continuous batching on llama.cpp: many sequences, one `llama_decode` per step.
+
+`Rows` owns a second llama.cpp context over the same model, made with
+`n_seq_max` sequences, each with its own KV stream of `window` tokens
+(`kv_unified` off; the engine gives each row its share of the serial
+window, as llama.cpp's server splits `-c` among `-np` slots). A row is one
+sequence:
+
+- `join` prefills a prompt into a free sequence and picks its first token.
+  The free sequence kept from an earlier row whose ids share the longest
+  prefix with the prompt is taken, and that prefix is not run again
+  (LOC-CHAT-43, per slot); otherwise the least recently used one.
+- `step` feeds every row's newest token in one batch and picks each row's
+  next token from its own logits row: its own sampler chain (temperature,
+  top_k, top_p, seed), its own penalties and grammar mask, in that order, as
+  the serial path (`context.Context.pick`) does.
+- `leave` frees the row's sequence; its KV stays for the next row that shares
+  its prefix.
+
+Everything runs in the engine's one worker thread; nothing here is locked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import llama_cpp
+import numpy as np
+from llama_cpp import _internals
+
+from ..base import SamplingParams, Token
+from ..grammar import Guide
+from .sampling import Penalties, is_no_op_penalty, sampler_chain
+
+
+@dataclass(eq=False, slots=True, kw_only=True)
+class Row:
+    """One sequence of the batch: where it stands and how it samples."""
+
+    seq: int
+    held: list[int]  # the ids its KV holds, in order
+    last: Token  # the newest token picked, not yet fed
+    budget: int  # tokens it may generate: max_tokens, cut to what the window leaves
+    chain: _internals.LlamaSampler
+    penalties: Penalties | None = None
+    guide: Guide | None = None
+    cached: int = 0  # prompt tokens its sequence already held
+    open: bool = True
+
+
+@dataclass(slots=True)
+class _Sequence:
+    held: list[int] = field(default_factory=list)
+    used: int = 0  # when it was last taken, for least-recently-used reuse
+    busy: bool = False
+
+
+class Rows:
+    """A batch of up to `capacity` rows decoded together on one llama.cpp context."""
+
+    def __init__(self, llama: llama_cpp.Llama, capacity: int, window: int) -> None:
+        # the serial context's own parameters (threads, batch sizes, attention kernel), so a
+        # row computes as the serial path does; only the sequences and their room differ
+        params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+        params.n_ctx = window * capacity
+        params.n_seq_max = capacity
+        params.kv_unified = False
+        params.embeddings = False
+        self._context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
+        self._ctx = self._context.ctx
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        self._n_vocab = int(llama.n_vocab())
+        self._n_batch = int(params.n_batch)
+        self._batch = llama_cpp.llama_batch_init(max(self._n_batch, capacity), 0, 1)
+        self._sequences = [_Sequence() for _ in range(capacity)]
+        self._clock = itertools.count(1)
+        self.capacity = capacity
+        self.window = window
+        self._closed = False
+
+    # -- rows --------------------------------------------------------------------
+
+    def join(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        seed: int | None = None,
+        guide: Guide | None = None,
+    ) -> Row:
+        """Prefill `prompt_ids` into a free sequence and pick its first token."""
+        self._check_open()
+        ids = [int(i) for i in prompt_ids]
+        if not ids:
+            raise ValueError("the prompt holds no tokens")
+        if len(ids) > self.window:
+            raise ValueError(f"the prompt holds {len(ids)} tokens; the window is {self.window}")
+        seq, kept = self._take(ids)
+        index = self._prefill(seq, ids, kept)
+        penalties = None
+        if not is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
+            penalties = Penalties(params.frequency_penalty, params.presence_penalty)
+        row = Row(
+            seq=seq,
+            held=ids,
+            last=Token(token_id=-1, eos=False),
+            budget=min(params.max_tokens, self.window - len(ids)),
+            chain=sampler_chain(params, seed),
+            penalties=penalties,
+            guide=guide,
+            cached=kept,
+        )
+        row.last = self._pick(row, index)
+        return row
+
+    def step(self, rows: Sequence[Row]) -> None:
+        """Feed each row's newest token, in one decode, and pick each row's next (`row.last`)."""
+        self._check_open()
+        batch = self._batch
+        for i, row in enumerate(rows):
+            token = row.last.token_id
+            if row.penalties is not None:
+                row.penalties.add(token)
+            self._put(i, token, len(row.held), row.seq, True)
+            row.held.append(token)
+        batch.n_tokens = len(rows)
+        self._decode()
+        for i, row in enumerate(rows):
+            row.last = self._pick(row, i)
+
+    def leave(self, row: Row) -> None:
+        """Free the row's sequence; its KV stays for a later row that shares its prefix."""
+        if not row.open:
+            return
+        row.open = False
+        row.chain.close()  # type: ignore[no-untyped-call]
+        sequence = self._sequences[row.seq]
+        sequence.held = row.held
+        sequence.busy = False
+
+    @property
+    def in_use(self) -> int:
+        return sum(s.busy for s in self._sequences)
+
+    def close(self) -> None:
+        """Free the context and the batch; a row still open fails at its next step."""
+        if self._closed:
+            return
+        self._closed = True
+        llama_cpp.llama_batch_free(self._batch)
+        self._context.close()  # type: ignore[no-untyped-call]
+
+    # -- inside ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the llama.cpp batch context is closed")
+
+    def _take(self, ids: list[int]) -> tuple[int, int]:
+        """A free sequence for `ids` and how many of them its KV keeps (at most all but the
+        last, so the last is run and its logits are fresh)."""
+        free = [(n, s) for n, s in enumerate(self._sequences) if not s.busy]
+        if not free:
+            raise RuntimeError("every row of the batch is taken")
+
+        def shared(sequence: _Sequence) -> int:
+            limit = min(len(sequence.held), len(ids) - 1)
+            held = np.asarray(sequence.held[:limit])
+            differ = np.flatnonzero(held != np.asarray(ids[:limit]))
+            return int(differ[0]) if differ.size else int(limit)
+
+        n, sequence = max(free, key=lambda f: (shared(f[1]), -f[1].used))
+        kept = shared(sequence)
+        if not llama_cpp.llama_memory_seq_rm(self._memory, n, kept, -1):
+            llama_cpp.llama_memory_seq_rm(self._memory, n, -1, -1)
+            kept = 0
+        sequence.busy, sequence.used, sequence.held = True, next(self._clock), ids[:kept]
+        return n, kept
+
+    def _prefill(self, seq: int, ids: list[int], kept: int) -> int:
+        """Run `ids[kept:]` on `seq` in chunks of n_batch; the batch index of the last."""
+        for start in range(kept, len(ids), self._n_batch):
+            chunk = ids[start : start + self._n_batch]
+            for j, token in enumerate(chunk):
+                last = start + j == len(ids) - 1
+                self._put(j, token, start + j, seq, last)
+            self._batch.n_tokens = len(chunk)
+            self._decode()
+        return (len(ids) - kept - 1) % self._n_batch
+
+    def _put(self, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+        batch = self._batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+
+    def _decode(self) -> None:
+        status = llama_cpp.llama_decode(self._ctx, self._batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed ({status})")
+
+    def _pick(self, row: Row, index: int) -> Token:
+        """Row's next token from the logits at batch `index`: penalties, then the guide's
+        mask, are written into the row the chain reads."""
+        if row.penalties is not None or row.guide is not None:
+            pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
+            logits = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float))
+            view = np.ctypeslib.as_array(logits, shape=(self._n_vocab,))
+            if row.penalties is not None:
+                row.penalties.apply(view)
+            if row.guide is not None:
+                row.guide.mask_row(view)
+        token_id = int(llama_cpp.llama_sampler_sample(row.chain.sampler, self._ctx, index))
+        if row.guide is not None:
+            row.guide.advance(token_id)
+        return Token(
+            token_id=token_id, eos=bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
+        )

@@ -1,0 +1,190 @@
+"""Continuous batching: the choices of many requests decoded together (docs/DECISIONS.md).
+
+A `Batcher` drives one engine's `Batch`. A choice joins at the next step
+and leaves when it ends (EOS, its budget, a stop string, a cancel, a closed
+client); the others keep decoding. Each step is one job on the engine's
+worker thread, so work that needs the engine between steps (a load, a
+decision, a serial request) waits for one step, not for the batch.
+
+A step (`_tick`) first prefills the choices that joined since the last one
+and takes their first token, then feeds every row's newest token in one
+forward pass and takes each row's next. Each row's tokens go through the
+same `ChoiceText` as on the serial path, so a choice's text, stop strings
+and finish reason are the same either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...engines.base import Batch, BatchRow, Engine
+from .generation import (
+    ChoiceEnd,
+    ChoiceFailed,
+    ChoiceJob,
+    ChoiceText,
+    Event,
+    Inbox,
+    TextDelta,
+    delivered,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True, kw_only=True)
+class _Member:
+    """One choice in the batch: its job, its text so far, where its events go."""
+
+    job: ChoiceJob
+    text: ChoiceText
+    emit: Callable[[Event], None]
+    cancel: threading.Event
+    row: BatchRow | None = None
+    ended: bool = False
+
+    def end(self, event: ChoiceEnd | ChoiceFailed) -> None:
+        self.ended = True
+        if self.job.meter is not None and isinstance(event, ChoiceEnd):
+            self.job.meter.done(cancelled=event.finish_reason == "cancelled")
+        self.emit(event)
+
+
+@dataclass(slots=True)
+class Progress:
+    """What operators see of the batch, at most once per `every` seconds: a `batch` event on
+    /api/events (rows, tokens/s, steps) and a log line."""
+
+    publish: Callable[[str, dict[str, Any]], None] | None = None
+    every: float = 1.0
+    _since: float = field(default_factory=time.monotonic)
+    _tokens: int = 0
+    _steps: int = 0
+
+    def step(self, rows: int, tokens: int) -> None:
+        self._tokens += tokens
+        self._steps += 1
+        now = time.monotonic()
+        if now - self._since < self.every:
+            return
+        rate = self._tokens / (now - self._since)
+        log.info("batch: %d rows, %.1f tok/s over %d steps", rows, rate, self._steps)
+        if self.publish is not None:
+            data = {"rows": rows, "tok_s": round(rate, 1), "steps": self._steps}
+            self.publish("batch", data)
+        self._since, self._tokens, self._steps = now, 0, 0
+
+
+@dataclass(eq=False, slots=True)
+class Batcher:
+    """The rows of one engine's batch and the task that steps them."""
+
+    engine: Engine
+    batch: Batch
+    executor: Executor
+    progress: Progress = field(default_factory=Progress)
+    _joining: list[_Member] = field(default_factory=list)
+    _rows: list[_Member] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    @property
+    def size(self) -> int:
+        """Rows decoding now."""
+        return len(self._rows)
+
+    def events(self, job: ChoiceJob) -> AsyncIterator[TextDelta | ChoiceEnd]:
+        """One choice decoded in the batch: its text pieces, then its end (as
+        `generation.choice_events`). Closing the iterator takes the row out at the next step."""
+        return delivered(self._queued(job))
+
+    def _queued(self, job: ChoiceJob) -> AsyncGenerator[Event, None]:
+        inbox = Inbox()
+        text = ChoiceText(self.engine, job, inbox.cancel, inbox.emit)
+        self._joining.append(_Member(job=job, text=text, emit=inbox.emit, cancel=inbox.cancel))
+        if self._task is None:
+            self._task = asyncio.create_task(self._drive())
+        return inbox.read()
+
+    async def _drive(self) -> None:
+        """Step while any row decodes or waits to join; one executor job per step."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._joining or self._rows:
+                joining, self._joining = self._joining, []
+                try:
+                    await loop.run_in_executor(self.executor, self._tick, joining)
+                except Exception as exc:  # the engine's fault: every row ends in an error
+                    log.exception("batched generation failed")
+                    self._fail([*joining, *self._rows], exc)
+        finally:
+            self._task = None
+
+    def _tick(self, joining: list[_Member]) -> None:
+        """Blocking, on the engine's thread: let `joining` in, then one step for every row."""
+        started = time.perf_counter()
+        for member in joining:
+            self._join(member, started)
+        tokens = len(joining)
+        for member in self._rows:
+            if member.cancel.is_set():  # the client left: its row goes before the step
+                self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
+        self._rows = [m for m in self._rows if not m.ended]
+        if not self._rows:
+            return
+        started = time.perf_counter()
+        self.batch.step([m.row for m in self._rows if m.row is not None])
+        elapsed = time.perf_counter() - started
+        for member in self._rows:
+            self._take(member, elapsed)
+        self.progress.step(len(self._rows), tokens + len(self._rows))
+        self._rows = [m for m in self._rows if not m.ended]
+
+    def _join(self, member: _Member, started: float) -> None:
+        if member.cancel.is_set():  # the client left before its turn
+            member.end(ChoiceEnd("cancelled", 0, 0))
+            return
+        try:
+            member.row = self.batch.join(member.job.prompt_ids, member.job.params, member.job.rng)
+        except Exception as exc:  # this prompt's fault or the engine's: this row only
+            log.exception("joining the batch failed")
+            member.end(ChoiceFailed(exc))
+            return
+        member.text.cached = member.row.cached
+        if member.row.budget <= 0:  # the prompt fills the window
+            self._leave(member, member.text.finish("length"))
+            return
+        self._take(member, time.perf_counter() - started)
+        if not member.ended:
+            self._rows.append(member)
+
+    def _take(self, member: _Member, elapsed: float) -> None:
+        """The row's newest token into its text; the row leaves if its choice ends."""
+        row = member.row
+        assert row is not None
+        end = member.text.push(row.last, elapsed)
+        if end is None and member.text.count >= row.budget:
+            end = member.text.finish("length")
+        if end is not None:
+            self._leave(member, end)
+
+    def _leave(self, member: _Member, end: ChoiceEnd | ChoiceFailed) -> None:
+        if member.row is not None:
+            self.batch.leave(member.row)
+        member.end(end)
+
+    def _fail(self, members: list[_Member], exc: Exception) -> None:
+        for member in members:
+            if not member.ended:
+                try:
+                    if member.row is not None:
+                        self.batch.leave(member.row)
+                finally:
+                    member.end(ChoiceFailed(exc))
+        self._rows = []

@@ -1,0 +1,114 @@
+"""GET /api/health/inference: which backend serves generations, and the slot's occupancy
+(OAI-CBM-14), with continuous batching opt-in through `parallel` (OAI-CBM-01)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from starlette.testclient import TestClient
+
+from miserver.app import Server
+from miserver.generated import api
+from miserver.settings import Settings
+from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
+from tests.integration.test_config_effects import configure, load
+
+FIELDS = {"backend", "parallel", "slots_in_use", "queue_length", "model"}
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    """A server of its own, nothing loaded at start."""
+    with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
+        yield client
+
+
+def health(client: TestClient) -> dict[str, Any]:
+    """The body, checked against the contract's `InferenceHealth` (no other field)."""
+    response = client.get("/api/health/inference")
+    assert response.status_code == 200, response.text
+    body = cast(dict[str, Any], response.json())
+    assert set(body) == FIELDS
+    api.InferenceHealth.model_validate(body)
+    return body
+
+
+def test_no_model_resident_is_serial(client: TestClient) -> None:
+    """OAI-CBM-14: with no model resident the backend is `serial`, one row, nothing holding
+    or waiting for the slot, `model` null."""
+    assert health(client) == {
+        "backend": "serial",
+        "parallel": 1,
+        "slots_in_use": 0,
+        "queue_length": 0,
+        "model": None,
+    }
+
+
+def test_a_held_slot_and_a_waiter_are_counted(client: TestClient) -> None:
+    """OAI-CBM-14: `slots_in_use` counts the request holding the slot and `queue_length` the
+    one waiting behind it; both fall back to 0 when they leave."""
+    server = cast(Server, client.app)
+    scheduler = server.state.scheduler
+    portal = client.portal
+    assert portal is not None
+    holder = portal.call(scheduler.enter)
+    waiter = portal.call(scheduler.enter)
+    try:
+        found = health(client)
+        assert (found["slots_in_use"], found["queue_length"]) == (1, 1)
+        assert found["backend"] == "serial"
+    finally:
+        portal.call(scheduler.leave, waiter)
+        portal.call(scheduler.leave, holder)
+    found = health(client)
+    assert (found["slots_in_use"], found["queue_length"]) == (0, 0)
+
+
+@pytest.mark.model
+def test_the_default_model_loads_serial(client: TestClient) -> None:
+    """OAI-CBM-01, OAI-CBM-14: with `parallel` left at its default the GGUF model loads
+    serial: `serial`, one row, its id as `model`; after an unload `model` is null again."""
+    load(client, GGUF_ID)
+    assert health(client) == {
+        "backend": "serial",
+        "parallel": 1,
+        "slots_in_use": 0,
+        "queue_length": 0,
+        "model": GGUF_ID,
+    }
+    assert client.post("/api/session/unload", headers=JSON).status_code == 200
+    assert health(client)["model"] is None
+
+
+@pytest.mark.model
+def test_parallel_4_loads_continuous_batching_on_llama_cpp(client: TestClient) -> None:
+    """OAI-CBM-01, OAI-CBM-14: `parallel` 4 set over PUT /api/config applies at the next
+    load: the GGUF model then runs `continuous_batching` with 4 rows. The backend shown is
+    the loaded model's, so setting `parallel` back to 1 changes nothing until a reload."""
+    configure(client, parallel=4, **{"ctx-size": 512})
+    assert health(client)["backend"] == "serial"  # nothing loaded yet
+    load(client, GGUF_ID)
+    found = health(client)
+    assert (found["backend"], found["parallel"], found["model"]) == (
+        "continuous_batching",
+        4,
+        GGUF_ID,
+    )
+    assert configure(client, parallel=1)["reload_required"] is True
+    assert health(client)["backend"] == "continuous_batching"
+    assert client.post("/api/session/unload", headers=JSON).status_code == 200
+    load(client, GGUF_ID)
+    assert (health(client)["backend"], health(client)["parallel"]) == ("serial", 1)
+
+
+@pytest.mark.model
+def test_transformers_serves_serially_whatever_parallel_says(client: TestClient) -> None:
+    """OAI-CBM-01, OAI-CBM-14: transformers has no batch yet, so `parallel` 4 still loads
+    it `serial`, and the health says so."""
+    configure(client, parallel=4)
+    load(client, MODEL_ID)
+    found = health(client)
+    assert (found["backend"], found["parallel"], found["model"]) == ("serial", 1, MODEL_ID)

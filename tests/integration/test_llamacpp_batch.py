@@ -1,0 +1,116 @@
+"""Rows decoded together on llama.cpp (continuous batching), on the real SmolLM2 GGUF.
+
+Each row must behave as it does alone: the same greedy tokens, its own
+budget, penalties and grammar, its KV freed for a later row. "Alone" is the
+row decoded by itself on the same batch context: against the serial context
+the logits may differ in their last bits where a prefix was reused (as two
+serial runs may, context.py), which can flip a near tie (docs/DECISIONS.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from miserver.engines.base import BatchRow, ChatPrompt, Constraint, LoadOptions, SamplingParams
+from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
+from tests.integration.test_llamacpp_engine import greedy, run, smollm2_gguf
+
+pytestmark = pytest.mark.model
+
+TOPICS = ["a cat", "the sea", "a red kite", "winter", "bread", "a robot"]
+
+
+def prompt(engine: LlamaCppEngine, topic: str) -> list[int]:
+    """A chat asking for a long answer: greedy decoding runs well past 20 tokens."""
+    ask = {"role": "user", "content": f"Write a long story about {topic}."}
+    return engine.render_chat(ChatPrompt([ask]))
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LlamaCppEngine]:
+    options = LoadOptions(threads=1, ctx_size=1024, parallel=4)
+    loaded = load_llamacpp_engine(smollm2_gguf(), model_id="smollm2:Q4_1", options=options)
+    yield loaded
+    loaded.close()
+
+
+def drive(engine: LlamaCppEngine, asks: Sequence[tuple[list[int], SamplingParams]]) -> list[Any]:
+    """Join every ask, step until each row ends (EOS or its budget), leave it; the ids."""
+    batch = engine.batch
+    assert batch is not None
+    rows: list[BatchRow] = [batch.join(ids, params, None) for ids, params in asks]
+    out: list[list[int]] = [[] for _ in rows]
+    live = list(range(len(rows)))
+    while live:
+        for i in list(live):
+            row = rows[i]
+            out[i].append(row.last.token_id)
+            if row.last.eos or len(out[i]) == row.budget:
+                batch.leave(row)
+                live.remove(i)
+        if live:
+            batch.step([rows[i] for i in live])
+    return out
+
+
+def test_greedy_rows_give_the_tokens_each_gives_alone(engine: LlamaCppEngine) -> None:
+    """OAI-CBM-02: four greedy rows in one batch give, each, the tokens that prompt gives
+    alone; and the first of them, the serial path's."""
+    asks = [(prompt(engine, t), greedy(24)) for t in TOPICS[:4]]
+    together = drive(engine, asks)
+    assert together == [drive(engine, [ask])[0] for ask in asks]
+    assert together[0] == run(engine, *asks[0])[1]
+
+
+def test_each_row_keeps_its_own_budget_and_penalty(engine: LlamaCppEngine) -> None:
+    """OAI-CBM-02: rows with different max_tokens and penalties share one batch; each ends at
+    its own budget and gives the tokens it gives alone."""
+    asks = [
+        (prompt(engine, "a cat"), greedy(3)),
+        (prompt(engine, "the sea"), greedy(40, frequency_penalty=2.0, presence_penalty=2.0)),
+        (prompt(engine, "bread"), greedy(11, presence_penalty=1.0)),
+    ]
+    together = drive(engine, asks)
+    assert [len(t) for t in together] == [3, 40, 11]
+    assert together == [drive(engine, [ask])[0] for ask in asks]
+    assert together[1] != drive(engine, [(asks[1][0], greedy(40))])[0]  # the penalty bit
+
+
+def test_a_row_under_a_grammar_beside_a_free_one(engine: LlamaCppEngine) -> None:
+    """OAI-CBM-02: a row held to a JSON schema writes a valid document while the row beside
+    it writes free text."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    constrained = SamplingParams(
+        max_tokens=40, temperature=0.0, constraint=Constraint(json.dumps(schema))
+    )
+    asks = [(prompt(engine, "winter"), greedy(30)), (prompt(engine, "a robot"), constrained)]
+    free, document = drive(engine, asks)
+    assert json.loads(engine.decode(document))["ok"] in (True, False)
+    assert free == drive(engine, asks[:1])[0]
+
+
+def test_a_returning_prompt_reuses_its_rows_prefix(engine: LlamaCppEngine) -> None:
+    """OAI-CBM-02: a row that left keeps its KV; a later prompt that extends it lands on that
+    row and runs only what is new; a full batch refuses one row more."""
+    batch = engine.batch
+    assert batch is not None
+    first = prompt(engine, "a red kite")
+    drive(engine, [(first, greedy(4))])
+    row = batch.join(
+        [*first, *engine.tokenize(" And another.", add_special_tokens=False)], greedy(2), None
+    )
+    try:
+        assert row.cached >= len(first) - 1
+    finally:
+        batch.leave(row)
+    rows = [batch.join(prompt(engine, t), greedy(2), None) for t in TOPICS[:4]]
+    try:
+        with pytest.raises(RuntimeError, match="every row"):
+            batch.join(prompt(engine, "bread"), greedy(2), None)
+    finally:
+        for r in rows:
+            batch.leave(r)
