@@ -168,6 +168,10 @@ def _live_steering(settings: Settings, db: Database) -> LiveSteering:
     return LiveSteering(SAERegistry(settings.resolved_saes_dir), ProfileStore(db), db, bounds)
 
 
+# the routes whose requests wait for the slot
+QUEUED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/api/decide"})
+
+
 class Server:
     """The ASGI application: one model manager, one scheduler, one Connexion app.
 
@@ -196,7 +200,9 @@ class Server:
         logging.getLogger("miserver").addHandler(self._log_events)
         self.state = self._services(registry, flags)
         self._app = RequestIdMiddleware(
-            SecurityMiddleware(build_connexion(), self.policy, settings.json_max_depth)
+            SecurityMiddleware(
+                build_connexion(), self.policy, settings.json_max_depth, gate=self._gate
+            )
         )
 
     def _services(self, registry: ModelRegistry, flags: Mapping[str, Any] | None) -> ServerState:
@@ -236,6 +242,13 @@ class Server:
             bus=self.bus,
             config=config,
         )
+
+    def _gate(self, method: str, path: str) -> ApiError | None:
+        """A request that would wait for the slot is refused before its body is parsed while
+        the queue is full (issue 17: refusing stays cheap while the batch decodes)."""
+        if method != "POST" or path not in QUEUED:
+            return None
+        return self.state.scheduler.refusal()
 
     def launch_model_id(self) -> str | None:
         return self._launch_id

@@ -17,6 +17,8 @@ ends the request with an OpenAI-format error before any handler runs:
                application/json (any case, charset=utf-8 allowed)
     all        the body read (chunked too) stays within BODY_CAP   413 payload_too_large
     /api /v1   the path and query, percent-decoded, are UTF-8      400 invalid_request
+    /v1 /api   a request that would queue, while the queue is      503 queue_full
+               full (`gate`: the app says which)                       + Retry-After
     /api /v1   a body (every method but GET and HEAD) is UTF-8     400 invalid_json (/v1),
                JSON, at most JSON_MAX_DEPTH deep, with no name         invalid_request (/api)
                twice in an object (http/body.py)
@@ -238,10 +240,17 @@ async def _refuse(refusal: ApiError, scope: Scope, receive: Receive, send: Send)
 class SecurityMiddleware:
     """Host, Origin, key, size and media-type checks; security headers on every response."""
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy, max_depth: int = MAX_DEPTH) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        policy: AccessPolicy,
+        max_depth: int = MAX_DEPTH,
+        gate: Callable[[str, str], ApiError | None] | None = None,
+    ) -> None:
         self.app = app
         self.policy = policy
         self.max_depth = max_depth
+        self.gate = gate  # (method, path) -> a refusal before the body is parsed (busy)
         self.checks: tuple[Callable[[_Request], ApiError | None], ...] = (
             self._host,
             self._origin,
@@ -263,7 +272,7 @@ class SecurityMiddleware:
         if refusal is None:
             try:
                 body = await read_capped(receive)  # read before any 400: no reset mid-send
-                refusal = _target(request, scope)
+                refusal = _target(request, scope) or self._gated(request)
                 parsed = {} if refusal else self._parsed(request, body)
             except _TooLarge:
                 refusal = _too_large()
@@ -275,6 +284,11 @@ class SecurityMiddleware:
             await _refuse(refusal, scope, receive, send)
         elif body is not None:  # None: the client left while sending its body
             await self.app(*replaying(body, scope, receive, parsed), send)
+
+    def _gated(self, request: _Request) -> ApiError | None:
+        """A refusal the server gives before parsing anything: a full queue refuses a
+        request that would wait in it at once, taking no CPU from the running work."""
+        return None if self.gate is None else self.gate(request.method, request.path)
 
     def _parsed(self, request: _Request, body: bytes | None) -> dict[str, Any]:
         """`{BODY_KEY: document}` for an API body (http/body.py); empty when there is none."""

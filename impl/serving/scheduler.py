@@ -75,6 +75,10 @@ class Scheduler:
         self._rows = max(1, rows)
         self._grant_next()
 
+    def refusal(self) -> ApiError | None:
+        """503 queue_full when the queue is full now: a new request would be refused."""
+        return self._full() if len(self._waiting) >= self._max_waiting else None
+
     def _full(self) -> ApiError:
         return ApiError(
             "queue_full",

@@ -112,3 +112,27 @@ def test_transformers_serves_serially_whatever_parallel_says(client: TestClient)
     load(client, MODEL_ID)
     found = health(client)
     assert (found["backend"], found["parallel"], found["model"]) == ("serial", 1, MODEL_ID)
+
+
+def test_a_full_queue_refuses_before_reading_the_body(bare_client: TestClient) -> None:
+    """OAI-ERR-09, issue 17 (backpressure that keeps serving): while the queue is full, a
+    request that would wait is refused 503 queue_full with Retry-After before its body is
+    parsed (a body that is not even JSON gets the 503, not a 400); other routes still
+    answer, and once a place frees the same routes parse again."""
+    client = bare_client
+    scheduler = client.app.state.scheduler  # type: ignore[attr-defined]
+    holder = client.portal.call(scheduler.enter)  # type: ignore[union-attr]
+    places = client.app.settings.queue_max_waiting  # type: ignore[attr-defined]
+    waiters = [client.portal.call(scheduler.enter) for _ in range(places)]  # type: ignore[union-attr]
+    try:
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            refused = client.post(path, content=b"{not json", headers=JSON)
+            assert refused.status_code == 503, path
+            assert refused.json()["error"]["code"] == "queue_full"
+            assert refused.headers["Retry-After"]
+        assert client.get("/api/health/inference").json()["queue_length"] == places
+    finally:
+        for ticket in [*waiters, holder]:
+            client.portal.call(scheduler.leave, ticket)  # type: ignore[union-attr]
+    after = client.post("/v1/chat/completions", content=b"{not json", headers=JSON)
+    assert after.status_code == 400 and after.json()["error"]["code"] == "invalid_json"

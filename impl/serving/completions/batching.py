@@ -6,9 +6,10 @@ client); the others keep decoding. Each step is one job on the engine's
 worker thread, so work that needs the engine between steps (a load, a
 decision, a serial request) waits for one step, not for the batch.
 
-A step (`_tick`) first prefills the choices that joined since the last one
-and takes their first token, then feeds every row's newest token in one
-forward pass and takes each row's next. Each row's tokens go through the
+Before a step, the choices that joined since the last one are prefilled
+and their first tokens delivered (`_admit`); a step (`_step`) then feeds
+every row's newest token in one forward pass and takes each row's next. A
+step's events reach their readers together once it is over. Each row's tokens go through the
 same `ChoiceText` as on the serial path, so a choice's text, stop strings
 and finish reason are the same either way.
 """
@@ -22,6 +23,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ...engines.base import Batch, BatchRow, Engine
@@ -91,6 +93,7 @@ class Batcher:
     executor: Executor
     progress: Progress = field(default_factory=Progress)
     _joining: list[_Member] = field(default_factory=list)
+    _outbox: list[tuple[Inbox, Event]] = field(default_factory=list)
     _rows: list[_Member] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
@@ -106,32 +109,55 @@ class Batcher:
 
     def _queued(self, job: ChoiceJob) -> AsyncGenerator[Event, None]:
         inbox = Inbox()
-        text = ChoiceText(self.engine, job, inbox.cancel, inbox.emit)
-        self._joining.append(_Member(job=job, text=text, emit=inbox.emit, cancel=inbox.cancel))
+        emit = partial(self._post, inbox)
+        text = ChoiceText(self.engine, job, inbox.cancel, emit)
+        self._joining.append(_Member(job=job, text=text, emit=emit, cancel=inbox.cancel))
         if self._task is None:
             self._task = asyncio.create_task(self._drive())
         return inbox.read()
 
     async def _drive(self) -> None:
-        """Step while any row decodes or waits to join; one executor job per step."""
+        """Step while any row decodes or waits to join. Choices that joined are prefilled in
+        one executor job and their first tokens delivered before the step, which is another:
+        a new request's first token never waits for a step of the others."""
         loop = asyncio.get_running_loop()
         try:
             while self._joining or self._rows:
                 joining, self._joining = self._joining, []
                 try:
-                    await loop.run_in_executor(self.executor, self._tick, joining)
+                    if joining:
+                        await loop.run_in_executor(self.executor, self._admit, joining)
+                        self._deliver()
+                    if self._rows:
+                        await loop.run_in_executor(self.executor, self._step, len(joining))
                 except Exception as exc:  # the engine's fault: every row ends in an error
                     log.exception("batched generation failed")
                     self._fail([*joining, *self._rows], exc)
+                self._deliver()
         finally:
             self._task = None
 
-    def _tick(self, joining: list[_Member]) -> None:
-        """Blocking, on the engine's thread: let `joining` in, then one step for every row."""
+    def _post(self, inbox: Inbox, event: Event) -> None:
+        """A row's event, held until its step is over (on the engine's thread)."""
+        self._outbox.append((inbox, event))
+
+    def _deliver(self) -> None:
+        """The step's events to their readers, in one go on the event loop's thread: the
+        loop wakes once per step, not once per token, and never while the engine computes."""
+        outbox, self._outbox = self._outbox, []
+        for inbox, event in outbox:
+            inbox.put(event)
+
+    def _admit(self, joining: list[_Member]) -> None:
+        """Blocking, on the engine's thread: prefill each choice that joined, take its first
+        token."""
         started = time.perf_counter()
         for member in joining:
             self._join(member, started)
-        tokens = len(joining)
+
+    def _step(self, joined: int) -> None:
+        """Blocking, on the engine's thread: one token for every row (`joined`: first tokens
+        taken since the last step, for the progress figures)."""
         for member in self._rows:
             if member.cancel.is_set():  # the client left: its row goes before the step
                 self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
@@ -143,7 +169,7 @@ class Batcher:
         elapsed = time.perf_counter() - started
         for member in self._rows:
             self._take(member, elapsed)
-        self.progress.step(len(self._rows), tokens + len(self._rows))
+        self.progress.step(len(self._rows), joined + len(self._rows))
         self._rows = [m for m in self._rows if not m.ended]
 
     def _join(self, member: _Member, started: float) -> None:

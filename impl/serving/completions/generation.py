@@ -172,6 +172,10 @@ class Inbox:
         """Safe from any thread."""
         self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
+    def put(self, event: Event) -> None:
+        """From the event loop's own thread."""
+        self._queue.put_nowait(event)
+
     async def read(self) -> AsyncGenerator[Event, None]:
         """The events until the end (or failure) event."""
         try:
