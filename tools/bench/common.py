@@ -1,7 +1,8 @@
 """What the benchmarks share: servers on loopback, timed requests, interleaved rounds, tables.
 
-- `served(...)`: `miserver serve` as a subprocess on a free loopback port;
-  `serving(command, base_url, ...)` does the same for any server command.
+- `served(...)`: `miserver serve` as a subprocess on a free loopback port
+  (`served_process` yields its process too); `serving(command, base_url, ...)`
+  does the same for any server command (`spawned` yields its process).
 - `server_json` / `server_stream`: one greedy chat completion, timed until
   the whole body, or `data: [DONE]`, is in.
 - `interleave(paths, rounds)`: a warm-up of every path, then rounds whose
@@ -61,12 +62,21 @@ def serving(
     command: Sequence[str], base_url: str, env: Mapping[str, str], name: str
 ) -> Iterator[str]:
     """Run `command` (a server) until the block ends; yields `base_url` once it answers."""
+    with spawned(command, base_url, env, name):
+        yield base_url
+
+
+@contextlib.contextmanager
+def spawned(
+    command: Sequence[str], base_url: str, env: Mapping[str, str], name: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`serving`, yielding the server's process (for its PID) once it answers."""
     process = subprocess.Popen(
         list(command), env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         wait_until_up(base_url, process, name)
-        yield base_url
+        yield process
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -77,6 +87,15 @@ def served(
     data_dir: Path, cache_dir: Path, threads: int | None, args: Sequence[str] = ()
 ) -> Iterator[str]:
     """`miserver serve` on a free loopback port; yields its /v1 base URL."""
+    with served_process(data_dir, cache_dir, threads, args) as (base_url, _):
+        yield base_url
+
+
+@contextlib.contextmanager
+def served_process(
+    data_dir: Path, cache_dir: Path, threads: int | None, args: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`served`, yielding its /v1 base URL and the server's process."""
     script = shutil.which("miserver", path=str(Path(sys.executable).parent))
     command = (
         [script] if script else [sys.executable, "-c", "from miserver.cli import main; main()"]
@@ -87,13 +106,10 @@ def served(
         env["OMP_NUM_THREADS"] = str(threads)
     serve = ["serve", "--port", str(port), "--data-dir", str(data_dir)]
     serve += ["--cache-dir", str(cache_dir), *args]
-    with serving(
-        [*command, *serve, "--log-level", "warning"],
-        f"http://127.0.0.1:{port}/v1",
-        env,
-        "miserver",
-    ) as base_url:
-        yield base_url
+    base_url = f"http://127.0.0.1:{port}/v1"
+    command = [*command, *serve, "--log-level", "warning"]
+    with spawned(command, base_url, env, "miserver") as process:
+        yield base_url, process
 
 
 def wait_until_up(base_url: str, process: subprocess.Popen[bytes], name: str = "miserver") -> None:

@@ -127,13 +127,13 @@ class Batcher:
                 try:
                     if joining:
                         await loop.run_in_executor(self.executor, self._admit, joining)
-                        self._deliver()
+                        await self._deliver()
                     if self._rows:
                         await loop.run_in_executor(self.executor, self._step, len(joining))
                 except Exception as exc:  # the engine's fault: every row ends in an error
                     log.exception("batched generation failed")
                     self._fail([*joining, *self._rows], exc)
-                self._deliver()
+                await self._deliver()
         finally:
             self._task = None
 
@@ -141,12 +141,15 @@ class Batcher:
         """A row's event, held until its step is over (on the engine's thread)."""
         self._outbox.append((inbox, event))
 
-    def _deliver(self) -> None:
-        """The step's events to their readers, in one go on the event loop's thread: the
-        loop wakes once per step, not once per token, and never while the engine computes."""
+    async def _deliver(self) -> None:
+        """The step's events to their readers, in one go on the event loop's thread, and
+        their readers run before the next step starts: the loop wakes once per step, and
+        its work never competes with the engine's threads for the cores."""
         outbox, self._outbox = self._outbox, []
         for inbox, event in outbox:
             inbox.put(event)
+        if outbox:
+            await asyncio.sleep(0)
 
     def _admit(self, joining: list[_Member]) -> None:
         """Blocking, on the engine's thread: prefill each choice that joined, take its first

@@ -1,0 +1,118 @@
+"""The bare engine batched: llama.cpp's batch API driven directly, no miserver code.
+
+`bare_engine` loads the model with a second context of `rows` sequences
+(each its own KV stream, a share of the window, `kv_unified` off, as `serve
+--parallel` makes it); `bare_rows` prefills k prompts on sequences 0..k-1 and
+takes greedy steps of all rows, one `llama_decode` each, ignoring EOS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp import _internals
+
+try:
+    from tools.bench import common
+except ModuleNotFoundError:  # run as a script
+    import common  # type: ignore[no-redef]
+
+BATCH = 512  # tokens a bare batch holds
+Run = common.Run
+
+
+@dataclass(frozen=True, slots=True)
+class Batched(Run):
+    """Rows at once: `tokens` / `seconds` is the aggregate, `rows` each row's own run."""
+
+    prefill: float = 0.0  # seconds before the first step (bare only)
+    rows: tuple[Run, ...] = ()
+
+
+@dataclass(slots=True)
+class Bare:
+    """A context of many sequences over a loaded model, a batch, and a greedy pick."""
+
+    llama: llama_cpp.Llama
+    context: _internals.LlamaContext
+    batch: llama_cpp.llama_batch
+    greedy: _internals.LlamaSampler
+
+
+@contextlib.contextmanager
+def bare_engine(path: Path, window: int, threads: int | None, rows: int) -> Iterator[Bare]:
+    llama = llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=window,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
+    params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+    params.n_seq_max = rows
+    params.n_ctx = window  # split among the rows, as `serve --parallel` splits it
+    params.kv_unified = False
+    context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
+    greedy = _internals.LlamaSampler()
+    greedy.add_greedy()
+    bare = Bare(llama, context, llama_cpp.llama_batch_init(BATCH, 0, 1), greedy)
+    try:
+        yield bare
+    finally:
+        llama_cpp.llama_batch_free(bare.batch)
+        greedy.close()  # type: ignore[no-untyped-call]
+        context.close()  # type: ignore[no-untyped-call]
+        llama.close()
+
+
+def _put(bare: Bare, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+    batch = bare.batch
+    batch.token[i] = token
+    batch.pos[i] = pos
+    batch.n_seq_id[i] = 1
+    batch.seq_id[i][0] = seq
+    batch.logits[i] = logits
+
+
+def _decode(bare: Bare, n_tokens: int) -> None:
+    bare.batch.n_tokens = n_tokens
+    status = llama_cpp.llama_decode(bare.context.ctx, bare.batch)
+    if status != 0:
+        raise RuntimeError(f"llama_decode failed ({status})")
+
+
+def _pick(bare: Bare, index: int) -> int:
+    return int(llama_cpp.llama_sampler_sample(bare.greedy.sampler, bare.context.ctx, index))
+
+
+def _prefill(bare: Bare, seq: int, ids: Sequence[int]) -> int:
+    """Run `ids` on sequence `seq`, in chunks of BATCH; the token picked after them."""
+    for start in range(0, len(ids), BATCH):
+        chunk = ids[start : start + BATCH]
+        for j, token in enumerate(chunk):
+            _put(bare, j, token, start + j, seq, start + j == len(ids) - 1)
+        _decode(bare, len(chunk))
+    return _pick(bare, (len(ids) - 1) % BATCH)
+
+
+def bare_rows(bare: Bare, prompts: Sequence[Sequence[int]], tokens: int) -> Batched:
+    """Prefill each prompt on its own sequence, then `tokens` greedy steps of all rows."""
+    llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(bare.context.ctx), True)
+    started = time.perf_counter()
+    made = [[_prefill(bare, seq, ids)] for seq, ids in enumerate(prompts)]
+    prefilled = time.perf_counter()
+    for step in range(tokens):
+        for seq, ids in enumerate(prompts):
+            _put(bare, seq, made[seq][-1], len(ids) + step, seq, True)
+        _decode(bare, len(prompts))
+        for seq, row in enumerate(made):
+            row.append(_pick(bare, seq))
+    seconds = time.perf_counter() - prefilled
+    texts = [bare.llama.detokenize(row[1:]).decode("utf-8", "replace") for row in made]
+    rows = tuple(Run(tokens, seconds, text) for text in texts)
+    return Batched(tokens * len(rows), seconds, texts[0], prefilled - started, rows)
