@@ -200,3 +200,39 @@ async def test_operators_see_the_batch_on_the_event_stream(
     assert max(b["rows"] for b in batches) >= 2
     assert all(b["tok_s"] > 0 and b["steps"] >= 1 for b in batches)
     assert len(batches) <= seconds + 2
+
+
+async def test_a_row_freed_by_a_client_that_left_goes_to_the_next_in_line(
+    batched: LiveServer, openai_check: Check
+) -> None:
+    """OAI-CBM-02: with every row taken, a stream that leaves gives its row to the request
+    waiting in line, which runs to its end (its sequence is freed before the newcomer is
+    let in, never after)."""
+    async with async_sdk(batched.base_url, openai_check) as client:
+
+        async def leave_early() -> None:
+            stream = await client.chat.completions.create(
+                model=GGUF_ID,
+                messages=story("a dragon"),
+                max_tokens=200,
+                temperature=0,
+                stream=True,
+            )
+            seen = 0
+            async for _ in stream:
+                seen += 1
+                if seen == 3:
+                    break
+            await stream.close()
+
+        async def later() -> Any:
+            await asyncio.sleep(0.5)  # behind the four rows
+            return await chat(client, "a garden", max_tokens=16)
+
+        *_, waited = await asyncio.gather(
+            leave_early(),
+            *(chat(client, t, max_tokens=96) for t in TOPICS[1:ROWS]),
+            later(),
+        )
+    assert waited.choices[0].finish_reason == "length"
+    assert waited.usage is not None and waited.usage.completion_tokens == 16

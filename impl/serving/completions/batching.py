@@ -154,6 +154,7 @@ class Batcher:
     def _admit(self, joining: list[_Member]) -> None:
         """Blocking, on the engine's thread: prefill each choice that joined, take its first
         token."""
+        self._drop_cancelled()  # a client that left frees its row before anyone takes it
         started = time.perf_counter()
         for member in joining:
             self._join(member, started)
@@ -161,10 +162,7 @@ class Batcher:
     def _step(self, joined: int) -> None:
         """Blocking, on the engine's thread: one token for every row (`joined`: first tokens
         taken since the last step, for the progress figures)."""
-        for member in self._rows:
-            if member.cancel.is_set():  # the client left: its row goes before the step
-                self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
-        self._rows = [m for m in self._rows if not m.ended]
+        self._drop_cancelled()
         if not self._rows:
             return
         started = time.perf_counter()
@@ -173,6 +171,13 @@ class Batcher:
         for member in self._rows:
             self._take(member, elapsed)
         self.progress.step(len(self._rows), joined + len(self._rows))
+        self._rows = [m for m in self._rows if not m.ended]
+
+    def _drop_cancelled(self) -> None:
+        """Rows whose client left (or was cancelled) leave now, freeing their sequences."""
+        for member in self._rows:
+            if member.cancel.is_set():
+                self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
         self._rows = [m for m in self._rows if not m.ended]
 
     def _join(self, member: _Member, started: float) -> None:
