@@ -73,6 +73,20 @@ async def chat(client: AsyncOpenAI, topic: str, **ask: Any) -> Any:
     return await client.chat.completions.create(model=GGUF_ID, messages=story(topic), **ask)
 
 
+async def leave_early(client: AsyncOpenAI, chunks: int = 3) -> int:
+    """A greedy stream of a long story, closed by its client after `chunks` chunks."""
+    stream = await client.chat.completions.create(
+        model=GGUF_ID, messages=story("a dragon"), max_tokens=200, temperature=0, stream=True
+    )
+    seen = 0
+    async for _ in stream:
+        seen += 1
+        if seen == chunks:
+            break
+    await stream.close()
+    return seen
+
+
 async def test_greedy_rows_give_the_text_each_gives_alone(
     batched: LiveServer, openai_check: Check
 ) -> None:
@@ -114,29 +128,12 @@ async def test_each_row_keeps_its_sampling_stop_and_budget(
 async def test_a_client_that_leaves_frees_its_row_and_the_others_finish(
     batched: LiveServer, openai_check: Check
 ) -> None:
-    """OAI-CBM-02, OAI-STREAM: a stream closed after a few chunks leaves the batch; the rows
+    """OAI-CBM-02: a stream closed after a few chunks leaves the batch; the rows
     beside it run to their full length, and every row is free afterwards."""
     health = batched.base_url.removesuffix("/v1") + "/api/health/inference"
     async with async_sdk(batched.base_url, openai_check) as client:
-
-        async def leave_early() -> int:
-            stream = await client.chat.completions.create(
-                model=GGUF_ID,
-                messages=story("a dragon"),
-                max_tokens=200,
-                temperature=0,
-                stream=True,
-            )
-            seen = 0
-            async for _ in stream:
-                seen += 1
-                if seen == 3:
-                    break
-            await stream.close()
-            return seen
-
         left, *stayed = await asyncio.gather(
-            leave_early(),
+            leave_early(client),
             chat(client, "the moon", max_tokens=64, temperature=0),
             chat(client, "a garden", max_tokens=64, temperature=0),
         )
@@ -151,7 +148,7 @@ async def test_a_client_that_leaves_frees_its_row_and_the_others_finish(
 async def test_a_seeded_request_runs_alone_and_repeats(
     batched: LiveServer, openai_check: Check
 ) -> None:
-    """OAI-CBM-08, OAI-SEED: a seeded request is served on the serial path (never beside a
+    """OAI-CBM-08, OAI-SEED-05: a seeded request is served on the serial path (never beside a
     row), so the same seed gives the same text while other requests are decoding."""
     async with async_sdk(batched.base_url, openai_check) as client:
         first = await chat(client, "a lighthouse", max_tokens=24, temperature=1.0, seed=7)
@@ -186,7 +183,7 @@ async def test_a_request_too_long_for_a_row_runs_alone(
 async def test_operators_see_the_batch_on_the_event_stream(
     batched: LiveServer, openai_check: Check
 ) -> None:
-    """OAI-CBM-14, LOC-EVENTS: while rows decode, /api/events carries `batch` events (rows,
+    """OAI-CBM-14, LOC-EVENTS-02: while rows decode, /api/events carries `batch` events (rows,
     tokens/s, steps), at most one a second."""
     api = batched.base_url.removesuffix("/v1") + "/api"
     with Listener(api) as listener:
@@ -210,27 +207,12 @@ async def test_a_row_freed_by_a_client_that_left_goes_to_the_next_in_line(
     let in, never after)."""
     async with async_sdk(batched.base_url, openai_check) as client:
 
-        async def leave_early() -> None:
-            stream = await client.chat.completions.create(
-                model=GGUF_ID,
-                messages=story("a dragon"),
-                max_tokens=200,
-                temperature=0,
-                stream=True,
-            )
-            seen = 0
-            async for _ in stream:
-                seen += 1
-                if seen == 3:
-                    break
-            await stream.close()
-
         async def later() -> Any:
             await asyncio.sleep(0.5)  # behind the four rows
             return await chat(client, "a garden", max_tokens=16)
 
         *_, waited = await asyncio.gather(
-            leave_early(),
+            leave_early(client),
             *(chat(client, t, max_tokens=96) for t in TOPICS[1:ROWS]),
             later(),
         )

@@ -142,10 +142,6 @@ class Rows:
         sequence.held = row.held
         sequence.busy = False
 
-    @property
-    def in_use(self) -> int:
-        return sum(s.busy for s in self._sequences)
-
     def close(self) -> None:
         """Free the context and the batch; a row still open fails at its next step."""
         if self._closed:

@@ -36,6 +36,7 @@ from .generation import (
     Inbox,
     TextDelta,
     delivered,
+    ended,
 )
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,7 @@ class _Member:
 
     def end(self, event: ChoiceEnd | ChoiceFailed) -> None:
         self.ended = True
-        if self.job.meter is not None and isinstance(event, ChoiceEnd):
-            self.job.meter.done(cancelled=event.finish_reason == "cancelled")
-        self.emit(event)
+        ended(self.job, event, self.emit)
 
 
 @dataclass(slots=True)
@@ -96,11 +95,6 @@ class Batcher:
     _outbox: list[tuple[Inbox, Event]] = field(default_factory=list)
     _rows: list[_Member] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
-
-    @property
-    def size(self) -> int:
-        """Rows decoding now."""
-        return len(self._rows)
 
     def events(self, job: ChoiceJob) -> AsyncIterator[TextDelta | ChoiceEnd]:
         """One choice decoded in the batch: its text pieces, then its end (as

@@ -81,6 +81,11 @@ def run_choice(
     except Exception as exc:  # entering or leaving the hooks failed: the engine's fault
         log.exception("steering hooks failed")
         end = ChoiceFailed(exc)
+    ended(job, end, emit)
+
+
+def ended(job: ChoiceJob, end: ChoiceEnd | ChoiceFailed, emit: Callable[[Event], None]) -> None:
+    """A choice's one end event: its `done` telemetry, then the event itself."""
     if job.meter is not None and isinstance(end, ChoiceEnd):
         job.meter.done(cancelled=end.finish_reason == "cancelled")
     emit(end)
