@@ -96,8 +96,9 @@ class Scheduler:
         if (front or not self._waiting) and self._may_hold(ticket):
             self._grant(ticket)
             return ticket
-        if len(self._waiting) >= self._max_waiting:
-            raise self._full()
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
         if front:
             self._waiting.appendleft(ticket)
         else:
@@ -107,8 +108,7 @@ class Scheduler:
     def _may_hold(self, ticket: Ticket) -> bool:
         if not ticket.shared:
             return not self._holders
-        rows = [h for h in self._holders if h.shared]
-        return len(rows) == len(self._holders) and len(rows) < self._rows
+        return len(self._holders) < self._rows and all(h.shared for h in self._holders)
 
     def _grant(self, ticket: Ticket) -> None:
         self._holders.add(ticket)
