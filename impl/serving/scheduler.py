@@ -202,15 +202,27 @@ async def claim(
             if not await scheduler.wait(ticket, switch_timeout):
                 scheduler.halt_holder()
         await scheduler.wait(ticket)
-        if ticket.shared and manager.engine_if_resident(entry) is None:
-            scheduler.leave(ticket)  # the model went while this row waited: load it alone
-            return await claim(manager, scheduler, entry, switch_timeout)
-        engine = await manager.ensure(entry)
+        return await granted(manager, scheduler, ticket, entry, switch_timeout)
     except BaseException:
         manager.abort_switch(entry)
         scheduler.leave(ticket)
         raise
-    return Slot(ticket, engine)
+
+
+async def granted(
+    manager: ModelManager,
+    scheduler: Scheduler,
+    ticket: Ticket,
+    entry: ModelEntry,
+    switch_timeout: float,
+) -> Slot:
+    """The slot for a ticket just granted, with `entry` resident. A row whose model went
+    while it waited gives its place back and claims the slot alone, which loads it: a row
+    never loads a model beside other rows."""
+    if ticket.shared and manager.engine_if_resident(entry) is None:
+        scheduler.leave(ticket)
+        return await claim(manager, scheduler, entry, switch_timeout)
+    return Slot(ticket, await manager.ensure(entry))
 
 
 @asynccontextmanager

@@ -39,7 +39,7 @@ from ..chat.tools import format_header
 from ..events import EventBus
 from ..prompts import TextPrompt, TokenPrompt
 from ..results import Comment, Reply, StreamReply
-from ..scheduler import Scheduler, Slot, Ticket, claim, holding
+from ..scheduler import Scheduler, Slot, Ticket, claim, granted, holding
 from ..telemetry import Meter
 from . import shapes
 from .batching import Batcher, Progress
@@ -354,12 +354,9 @@ class CompletionService:
         try:
             while not await self._scheduler.wait(ticket, self._settings.queue_heartbeat):
                 yield Comment("waiting for a turn")
-            if ticket.shared and self._manager.engine_if_resident(plan.entry) is None:
-                self._scheduler.leave(ticket)  # the model went while this row waited: load it
-                switch_timeout = self._settings.graceful_unload_timeout
-                slot = await claim(self._manager, self._scheduler, plan.entry, switch_timeout)
-                ticket = slot.ticket
-            engine = await self._manager.ensure(plan.entry)
+            switch_timeout = self._settings.graceful_unload_timeout
+            slot = await granted(self._manager, self._scheduler, ticket, plan.entry, switch_timeout)
+            ticket, engine = slot.ticket, slot.engine
             if plan.prepared_for is not engine:  # reloaded while this request waited
                 await prepare(plan, engine, self._manager)
             self._start_steering(plan, engine)
