@@ -209,7 +209,9 @@ class Server:
         """Every service the handlers reach, wired to one manager and one scheduler."""
         settings, executor = self.settings, self._executor
         manager = ModelManager(registry, settings, executor)
-        scheduler = Scheduler(settings.queue_max_waiting, settings.queue_retry_after)
+        scheduler = Scheduler(
+            settings.queue_max_waiting, settings.queue_retry_after, rows=manager.batch_rows
+        )
         live = _live_steering(settings, self._db)
         locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
         session = Session(manager, scheduler, self.bus, launch_id=self._launch_id, locator=locator)

@@ -276,8 +276,15 @@ class Batch(Protocol):
         """The most tokens one row holds: its prompt and what it generates."""
         ...
 
-    def join(self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None) -> BatchRow:
-        """Prefill a prompt into a free row and pick its first token."""
+    def join(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: Rng | None,
+        steering: SteeringSource | None = None,
+    ) -> BatchRow:
+        """Prefill a prompt into a free row and pick its first token; the row's passes, its
+        prefill and every step, run under `steering` (engines with `steering` only)."""
         ...
 
     def step(self, rows: Sequence[BatchRow]) -> None:

@@ -166,6 +166,11 @@ class ModelManager:
             return self._resident.engine
         return None
 
+    def batch_rows(self) -> int:
+        """How many rows the resident engine decodes together (1: serial, or none resident)."""
+        batch = None if self._resident is None else self._resident.engine.batch
+        return 1 if batch is None else batch.capacity
+
     def refuse_if_busy(self) -> None:
         """503 model_busy while a switch (unload or load) runs."""
         if self.switching:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -45,12 +45,14 @@ class Ticket:
 
 
 class Scheduler:
-    def __init__(self, max_waiting: int, retry_after: int) -> None:
+    def __init__(
+        self, max_waiting: int, retry_after: int, rows: Callable[[], int] = lambda: 1
+    ) -> None:
         self._max_waiting = max_waiting
         self._retry_after = retry_after
         self._holders: set[Ticket] = set()
         self._waiting: deque[Ticket] = deque()
-        self._rows = 1
+        self._rows = rows  # the resident engine's batch rows, asked at each grant
 
     @property
     def waiting(self) -> int:
@@ -68,12 +70,7 @@ class Scheduler:
     @property
     def rows(self) -> int:
         """How many shared holders at most: the resident engine's batch rows (1: serial)."""
-        return self._rows
-
-    @rows.setter
-    def rows(self, rows: int) -> None:
-        self._rows = max(1, rows)
-        self._grant_next()
+        return max(1, self._rows())
 
     def refusal(self) -> ApiError | None:
         """503 queue_full when the queue is full now: a new request would be refused."""
@@ -108,7 +105,7 @@ class Scheduler:
     def _may_hold(self, ticket: Ticket) -> bool:
         if not ticket.shared:
             return not self._holders
-        return len(self._holders) < self._rows and all(h.shared for h in self._holders)
+        return len(self._holders) < self.rows and all(h.shared for h in self._holders)
 
     def _grant(self, ticket: Ticket) -> None:
         self._holders.add(ticket)

@@ -105,13 +105,21 @@ def test_parallel_4_loads_continuous_batching_on_llama_cpp(client: TestClient) -
 
 
 @pytest.mark.model
-def test_transformers_serves_serially_whatever_parallel_says(client: TestClient) -> None:
-    """OAI-CBM-01, OAI-CBM-14: transformers has no batch yet, so `parallel` 4 still loads
-    it `serial`, and the health says so."""
+def test_parallel_4_loads_continuous_batching_on_transformers(client: TestClient) -> None:
+    """OAI-CBM-01, OAI-CBM-14: the transformers engine batches too: with `parallel` 4 it
+    loads `continuous_batching` with 4 rows, and with 1 it loads `serial`."""
     configure(client, parallel=4)
     load(client, MODEL_ID)
     found = health(client)
-    assert (found["backend"], found["parallel"], found["model"]) == ("serial", 1, MODEL_ID)
+    assert (found["backend"], found["parallel"], found["model"]) == (
+        "continuous_batching",
+        4,
+        MODEL_ID,
+    )
+    configure(client, parallel=1)
+    assert client.post("/api/session/unload", headers=JSON).status_code == 200
+    load(client, MODEL_ID)
+    assert (health(client)["backend"], health(client)["parallel"]) == ("serial", 1)
 
 
 def test_a_full_queue_refuses_before_reading_the_body(bare_client: TestClient) -> None:

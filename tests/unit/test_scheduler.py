@@ -78,8 +78,7 @@ def test_rows_share_the_slot_up_to_the_batch() -> None:
     the fourth waits for a row to end."""
 
     async def scenario() -> None:
-        scheduler = Scheduler(max_waiting=4, retry_after=1)
-        scheduler.rows = 3
+        scheduler = Scheduler(max_waiting=4, retry_after=1, rows=lambda: 3)
         rows = [scheduler.enter(shared=True) for _ in range(4)]
         assert granted(*rows) == [True, True, True, False]
         assert scheduler.in_use == 3 and scheduler.waiting == 1
@@ -97,8 +96,7 @@ def test_an_exclusive_request_waits_for_the_rows_and_holds_later_rows_back() -> 
     end; a row that comes after it waits behind it, so it is never starved."""
 
     async def scenario() -> None:
-        scheduler = Scheduler(max_waiting=4, retry_after=1)
-        scheduler.rows = 4
+        scheduler = Scheduler(max_waiting=4, retry_after=1, rows=lambda: 4)
         first, second = scheduler.enter(shared=True), scheduler.enter(shared=True)
         alone = scheduler.enter()
         later = scheduler.enter(shared=True)
@@ -118,8 +116,7 @@ def test_an_exclusive_waiter_that_leaves_lets_the_rows_in() -> None:
     """OAI-CBM-02: rows held back behind a serial request go in as soon as it gives up."""
 
     async def scenario() -> None:
-        scheduler = Scheduler(max_waiting=4, retry_after=1)
-        scheduler.rows = 2
+        scheduler = Scheduler(max_waiting=4, retry_after=1, rows=lambda: 2)
         row = scheduler.enter(shared=True)
         alone = scheduler.enter()
         behind = scheduler.enter(shared=True)
@@ -135,8 +132,7 @@ def test_cancel_and_halt_reach_every_row() -> None:
     """LOC-CANCEL-01: POST /api/cancel, and a model switch, stop every row of the batch."""
 
     async def scenario() -> None:
-        scheduler = Scheduler(max_waiting=4, retry_after=1)
-        scheduler.rows = 2
+        scheduler = Scheduler(max_waiting=4, retry_after=1, rows=lambda: 2)
         rows = [scheduler.enter(shared=True) for _ in range(2)]
         assert scheduler.cancel_holder()
         scheduler.halt_holder()

@@ -12,7 +12,6 @@ from typing import Any
 import llama_cpp
 
 from ..base import (
-    BatchRow,
     Capability,
     ChatPrompt,
     Constraint,
@@ -29,6 +28,7 @@ from ..base import (
 )
 from ..chatmessages import decision_prompt, prefix_length
 from ..grammar import Grammars
+from ..rows import RowsBatchBase
 from . import chat, deciding, embedding, grammar
 from .batch import Row, Rows
 from .context import Context
@@ -227,23 +227,24 @@ class LlamaCppEngine:
         logger.info("closed llama.cpp engine for %s", self._facts.model_id)
 
 
-class RowsBatch:
+class RowsBatch(RowsBatchBase[Row]):
     """The engine's `Batch`: `Rows`, with a request's constraint and seed made as the serial
     path makes them."""
 
     def __init__(self, engine: LlamaCppEngine, rows: Rows) -> None:
+        super().__init__(rows, Row)
         self._engine = engine
         self._rows = rows
 
-    @property
-    def capacity(self) -> int:
-        return self._rows.capacity
-
-    @property
-    def window(self) -> int:
-        return self._rows.window
-
-    def join(self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None) -> Row:
+    def join(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: Rng | None,
+        steering: SteeringSource | None = None,
+    ) -> Row:
+        if steering is not None and steering.layers():
+            raise ValueError("the GGUF engine cannot steer")
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
         check_ids(prompt_ids, self._engine.facts.vocab_size)
@@ -251,18 +252,3 @@ class RowsBatch:
         guide = None if constraint is None else self._engine.grammars.guide(constraint)
         seed = None if rng is None else rng.next()
         return self._rows.join(prompt_ids, params, seed=seed, guide=guide)
-
-    def step(self, rows: Sequence[BatchRow]) -> None:
-        self._rows.step([_own(row) for row in rows])
-
-    def leave(self, row: BatchRow) -> None:
-        self._rows.leave(_own(row))
-
-    def close(self) -> None:
-        self._rows.close()
-
-
-def _own(row: BatchRow) -> Row:
-    if not isinstance(row, Row):
-        raise TypeError("the row comes from another batch")
-    return row

@@ -39,7 +39,7 @@ def decode_settings(model: PreTrainedModel, eos_ids: frozenset[int]) -> DecodeSe
     return DecodeSettings(eos_ids=eos_ids, context_length=window, keeps_last_logits=keeps)
 
 
-class _Counts:
+class Counts:
     """How often each token was generated, as tensors for `apply_penalties`."""
 
     def __init__(self) -> None:
@@ -62,13 +62,13 @@ class _Counts:
         )
 
 
-class _Sampler:
+class Sampler:
     """One request's step from a pass's logits to its next token id."""
 
     def __init__(
         self, params: SamplingParams, rng: torch.Generator | None, guide: Guide | None
     ) -> None:
-        self.counts = _Counts()
+        self.counts = Counts()
         self._params = params
         self._rng = rng
         self._guide = guide
@@ -114,7 +114,7 @@ def decode(
     if not prompt_ids:
         raise ValueError("the prompt holds no tokens")
     budget = _budget(settings, len(prompt_ids), params.max_tokens)
-    sampler = _Sampler(params, rng, guide)
+    sampler = Sampler(params, rng, guide)
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
     held, cached = prefix.take(prompt_ids, reuse=rng is None, key=key)
     try:

@@ -27,7 +27,9 @@ from ..base import (
     Token,
 )
 from ..chatmessages import decision_prompt, prefix_length
+from ..rows import RowsBatchBase
 from . import chat, deciding, embedding
+from .batch import Row, Rows, batchable
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
 from .grammar import Grammars
@@ -69,6 +71,7 @@ class TransformersEngine:
         *,
         float32: Float32Settings | None = None,
         capabilities: frozenset[Capability] = CAPABILITIES,
+        parallel: int = 1,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
         self._model: PreTrainedModel | None = model
@@ -82,6 +85,12 @@ class TransformersEngine:
         self._capabilities = capabilities
         width = int(getattr(model.config, "vocab_size", 0) or 0)
         self._grammars = Grammars(tokenizer, self._settings.eos_ids, width)
+        self._batch: RowsBatch | None = None
+        if parallel > 1 and batchable(model.config):
+            rows = Rows(model, self._settings, parallel, facts.context_length)
+            self._batch = RowsBatch(rows, self._grammars)
+        elif parallel > 1:
+            logger.info("%s has sliding or recurrent layers: serial only", facts.model_id)
 
     @property
     def facts(self) -> ModelFacts:
@@ -195,9 +204,9 @@ class TransformersEngine:
         )
 
     @property
-    def batch(self) -> None:
-        """Serial only, for now: every request runs alone (docs/DECISIONS.md)."""
-        return None
+    def batch(self) -> RowsBatch | None:
+        """Rows decoded together on one padded cache (loaded with `parallel` > 1)."""
+        return self._batch
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
@@ -219,6 +228,31 @@ class TransformersEngine:
         """Drop the model and the kept KV caches; a later call that needs the model fails."""
         self._prefix.close()
         self._decisions.close()
+        if self._batch is not None:
+            self._batch.close()
         self._model = None
         gc.collect()
         logger.info("closed transformers engine for %s", self._facts.model_id)
+
+
+class RowsBatch(RowsBatchBase[Row]):
+    """The engine's `Batch`: `Rows`, with a request's constraint made as the serial path
+    makes it."""
+
+    def __init__(self, rows: Rows, grammars: Grammars) -> None:
+        super().__init__(rows, Row)
+        self._rows = rows
+        self._grammars = grammars
+
+    def join(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: Rng | None,
+        steering: SteeringSource | None = None,
+    ) -> Row:
+        if rng is not None and not isinstance(rng, torch.Generator):
+            raise TypeError("rng must come from this engine's new_rng")
+        constraint = params.constraint
+        guide = None if constraint is None else self._grammars.guide(constraint)
+        return self._rows.join(prompt_ids, params, rng=rng, guide=guide, steering=steering)

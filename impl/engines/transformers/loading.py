@@ -45,6 +45,7 @@ def load_transformers_engine(
     `options.threads` > 0 sets torch's (process-wide) thread count for forward
     passes; `options.dtype` other than auto casts the weights; `options.ctx_size`
     > 0 shortens the context the server serves (never past the model's own).
+    `options.parallel` > 1 decodes that many rows together (`batch.py`).
     `batch_size`, `mmap` and `mlock` are llama.cpp's and change nothing here.
     """
     report = _reporter(progress)
@@ -70,6 +71,7 @@ def load_transformers_engine(
         eos_ids(model, tokenizer),
         float32=float32,
         capabilities=capabilities,
+        parallel=1 if encoder else max(1, options.parallel),
     )
 
 

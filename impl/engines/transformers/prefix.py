@@ -82,8 +82,8 @@ class PrefixCache:
         with self._lock:
             kept, self._kept = self._kept, None
         if kept is not None and reuse and kept.key == key:
-            length = _usable_prefix(kept.ids, prompt_ids)
-            if length and _crop(kept, length):
+            length = usable_prefix(kept.ids, prompt_ids)
+            if length and crop(kept, length):
                 return kept, length
         return Held(DynamicCache(config=self._config), key=key), 0
 
@@ -108,7 +108,7 @@ class PrefixCache:
             self._kept = None
 
 
-def _usable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+def usable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
     """How many leading ids `cached` and `prompt` share, leaving `prompt`'s last one to run."""
     limit = min(len(cached), len(prompt) - 1)
     for i in range(limit):
@@ -117,7 +117,7 @@ def _usable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
     return max(limit, 0)
 
 
-def _crop(held: Held, length: int) -> bool:
+def crop(held: Held, length: int) -> bool:
     """Cut `held` back to its first `length` tokens; False if the cache cannot be cut."""
     cache = held.cache
     size = cache.get_seq_length()

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..base import SteeringSource
@@ -30,28 +31,67 @@ def _layers(model: nn.Module) -> Sequence[nn.Module]:
     return list(layers)
 
 
+def _add(output: Any, vector: torch.Tensor) -> Any:
+    if isinstance(output, tuple):
+        return (output[0] + vector.to(output[0].dtype), *output[1:])
+    return output + vector.to(output.dtype)
+
+
 def _adder(source: SteeringSource, layer: int) -> Any:
     def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
         vector = source.vector(layer)
-        if vector is None:
-            return None
-        if isinstance(output, tuple):
-            return (output[0] + vector.to(output[0].dtype), *output[1:])
-        return output + vector.to(output.dtype)
+        return None if vector is None else _add(output, vector)
 
     return hook
+
+
+def _row_adder(sources: Sequence[SteeringSource | None], layer: int) -> Any:
+    """A hook adding row r's own vector to row r of a batch ([rows, tokens, width]); rows
+    whose source has none at this layer get nothing."""
+
+    def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
+        vectors = [
+            None if s is None or layer not in s.layers() else s.vector(layer) for s in sources
+        ]
+        found = [v for v in vectors if v is not None]
+        if not found:
+            return None
+        zero = torch.zeros_like(found[0])
+        rows = torch.stack([zero if v is None else v.to(zero.dtype) for v in vectors])
+        return _add(output, rows[:, None, :])
+
+    return hook
+
+
+def _hooked(model: nn.Module, layers: frozenset[int], make: Any) -> list[Any]:
+    """Forward hooks `make(layer)` on `layers`, after checking every one exists."""
+    modules = _layers(model)
+    for layer in layers:
+        if not 0 <= layer < len(modules):
+            raise IndexError(f"layer {layer} is outside 0..{len(modules) - 1}")
+    return [modules[layer].register_forward_hook(make(layer)) for layer in sorted(layers)]
 
 
 @contextmanager
 def steered(model: nn.Module, source: SteeringSource) -> Iterator[None]:
     """Hooks adding the source's vectors while the block runs; none left after it."""
-    layers = _layers(model)
     handles = []
     try:
-        for layer in sorted(source.layers()):
-            if not 0 <= layer < len(layers):
-                raise IndexError(f"layer {layer} is outside 0..{len(layers) - 1}")
-            handles.append(layers[layer].register_forward_hook(_adder(source, layer)))
+        handles = _hooked(model, source.layers(), lambda layer: _adder(source, layer))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def steered_rows(model: nn.Module, sources: Sequence[SteeringSource | None]) -> Iterator[None]:
+    """Hooks adding each batch row's own vectors (`sources[r]` for row r, None: unsteered)
+    while the block runs; none left after it, nor any when no row is steered."""
+    layers = frozenset().union(*(s.layers() for s in sources if s is not None))
+    handles = []
+    try:
+        handles = _hooked(model, layers, lambda layer: _row_adder(sources, layer))
         yield
     finally:
         for handle in handles:

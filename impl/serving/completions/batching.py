@@ -179,7 +179,8 @@ class Batcher:
             member.end(ChoiceEnd("cancelled", 0, 0))
             return
         try:
-            member.row = self.batch.join(member.job.prompt_ids, member.job.params, member.job.rng)
+            job = member.job
+            member.row = self.batch.join(job.prompt_ids, job.params, job.rng, job.steering)
         except Exception as exc:  # this prompt's fault or the engine's: this row only
             log.exception("joining the batch failed")
             member.end(ChoiceFailed(exc))

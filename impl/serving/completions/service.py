@@ -171,8 +171,12 @@ class CompletionService:
     # -- scoring -----------------------------------------------------------------
 
     async def _score(self, plan: Plan, headers: dict[str, str], ask: ScoringAsk) -> Reply:
-        """One unsteered forward pass per prompt; nothing generated (OAI-SCORE, OAI-CSCORE)."""
-        async with self._holding(plan.entry, shared=False) as slot:
+        """One unsteered forward pass per prompt; nothing generated (OAI-SCORE, OAI-CSCORE).
+        Beside a batch it holds a row's place and runs between two steps, with no row's
+        steering hooked (SCORE-35)."""
+        resident = self._manager.engine_if_resident(plan.entry)
+        shared = resident is not None and resident.batch is not None
+        async with self._holding(plan.entry, shared=shared) as slot:
             engine = slot.engine
             if plan.request.endpoint == "chat" and not engine.facts.has_chat_template:
                 raise ApiError(
@@ -244,10 +248,7 @@ class CompletionService:
         if engine is not self._manager.engine_if_resident(plan.entry):
             return False
         sizes = zip(plan.prompt_ids, plan.budgets, strict=True)
-        if any(len(ids) + budget > batch.window for ids, budget in sizes):
-            return False
-        self._scheduler.rows = batch.capacity
-        return True
+        return all(len(ids) + budget <= batch.window for ids, budget in sizes)
 
     def _choice_events(
         self, engine: Engine, job: ChoiceJob, ticket: Ticket

@@ -1,0 +1,272 @@
+"""Continuous batching on transformers: left-padded rows of one KV cache, each steered its own way.
+
+`Rows` keeps one `DynamicCache` whose batch axis holds the rows, right-aligned
+(left-padded), with a 2-D attention mask that hides each row's padding and
+per-row position ids that count only its own tokens, so a row computes what it
+would alone (up to float rounding of the wider matmuls, docs/DECISIONS.md).
+
+- `join` prefills a prompt alone (a batch of one, under the row's own
+  steering), picks its first token, then merges its keys and values into the
+  batch: the shorter side is left-padded to the longer. A free kept cache
+  whose ids share the longest prefix with the prompt, filled under the same
+  steering state, saves that prefix's prefill (LOC-CHAT-43, per row).
+- `step` feeds every row's newest token in one forward pass and picks each
+  row's next from its own logits row with its own sampler (penalties, the
+  grammar's mask, temperature, top_k, top_p). Each steered layer adds a
+  `[rows, 1, width]` tensor: row r's own vector, zeros for rows without one,
+  asked of each row's source at every pass (`steering.steered_rows`).
+- `leave` takes the row out of the batch axis, cuts padding no row needs any
+  more, and keeps the row's own keys and values for a later prompt that
+  shares its prefix.
+
+Everything runs in the engine's one worker thread; nothing here is locked.
+A pass that raised leaves the cache torn: every row is closed and the batch
+starts empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from ..base import SamplingParams, SteeringSource, Token
+from .decoding import DecodeSettings, Sampler
+from .grammar import Guide
+from .prefix import Held, crop, usable_prefix
+from .steering import steered, steered_rows
+
+
+@dataclass(eq=False, slots=True, kw_only=True)
+class Row:
+    """One row of the batch: the ids its keys and values hold, and how it samples."""
+
+    ids: list[int]  # the ids its KV holds, in order (the newest token is not fed yet)
+    last: Token  # the newest token picked, not yet fed
+    budget: int  # tokens it may generate: max_tokens, cut to what the window leaves
+    sampler: Sampler
+    guide: Guide | None = None
+    steering: SteeringSource | None = None
+    key: Hashable = ()  # the steering state its prefill ran under (for reuse of its KV)
+    cached: int = 0  # prompt tokens a kept cache already held
+    open: bool = True
+
+
+def batchable(config: PreTrainedConfig) -> bool:
+    """Whether the model's cache is plain full attention on every layer (padded rows need it;
+    sliding-window and recurrent layers are served serially)."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+
+
+class Rows:
+    """A batch of up to `capacity` rows decoded together on one padded KV cache."""
+
+    def __init__(
+        self, model: PreTrainedModel, settings: DecodeSettings, capacity: int, window: int
+    ) -> None:
+        self._model = model
+        self._settings = settings
+        self._extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
+        self._rows: list[Row] = []  # in batch-axis order
+        self._cache: DynamicCache | None = None
+        self._mask = torch.zeros((0, 0), dtype=torch.long)
+        self._kept: list[Held] = []  # caches of rows that left, most recent last
+        self.capacity = capacity
+        self.window = window
+
+    # -- rows --------------------------------------------------------------------
+
+    def join(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        rng: torch.Generator | None = None,
+        guide: Guide | None = None,
+        steering: SteeringSource | None = None,
+    ) -> Row:
+        """Prefill `prompt_ids` alone under `steering`, pick its first token, then merge its
+        keys and values into the batch."""
+        ids = [int(i) for i in prompt_ids]
+        if not ids:
+            raise ValueError("the prompt holds no tokens")
+        if len(ids) > self.window:
+            raise ValueError(f"the prompt holds {len(ids)} tokens; the window is {self.window}")
+        if len(self._rows) >= self.capacity:
+            raise RuntimeError("every row of the batch is taken")
+        key = () if steering is None else steering.key()
+        held, cached = self._take(ids, key, reuse=rng is None)
+        hooks = nullcontext() if steering is None else steered(self._model, steering)
+        with hooks, torch.inference_mode():
+            logits = held.feed(self._model, ids[cached:], self._extra).float()
+        row = Row(
+            ids=held.ids,
+            last=Token(token_id=-1, eos=False),
+            budget=min(params.max_tokens, self.window - len(ids)),
+            sampler=Sampler(params, rng, guide),
+            guide=guide,
+            steering=steering,
+            key=key,
+            cached=cached,
+        )
+        row.last = self._pick(row, logits)
+        self._merge(row, held.cache)
+        return row
+
+    def step(self, rows: Sequence[Row]) -> None:
+        """Feed every row's newest token in one forward pass and pick each row's next
+        (`row.last`). `rows` must be the open rows: the batch axis holds them all."""
+        if {id(r) for r in rows} != {id(r) for r in self._rows} or self._cache is None:
+            raise ValueError("a step feeds every open row of the batch")
+        tokens = [r.last.token_id for r in self._rows]
+        positions = [len(r.ids) for r in self._rows]
+        mask = torch.cat([self._mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=1)
+        rows_steering = steered_rows(self._model, [r.steering for r in self._rows])
+        try:
+            with rows_steering, torch.inference_mode():
+                out = self._model(
+                    input_ids=torch.tensor(tokens, dtype=torch.long)[:, None],
+                    attention_mask=mask,
+                    position_ids=torch.tensor(positions, dtype=torch.long)[:, None],
+                    cache=self._cache,
+                    use_cache=True,
+                    **self._extra,
+                )
+        except BaseException:
+            self._reset()  # some layers took the step and others not: the cache is torn
+            raise
+        self._mask = mask
+        logits = out.logits[:, -1].float()
+        for i, row in enumerate(self._rows):
+            row.sampler.counts.add(row.last.token_id)
+            row.ids.append(row.last.token_id)
+            row.last = self._pick(row, logits[i])
+
+    def leave(self, row: Row) -> None:
+        """Take the row out of the batch; its keys and values are kept for a later prompt that
+        shares its prefix."""
+        if not row.open:
+            return
+        row.open = False
+        index = next(i for i, r in enumerate(self._rows) if r is row)
+        if row.steering is None or not row.steering.mixed():  # one state's keys and values
+            self._keep(self._own(index, row))
+        del self._rows[index]
+        self._select([i for i in range(len(self._rows) + 1) if i != index])
+
+    def close(self) -> None:
+        """Drop the cache and the kept ones; open rows fail at their next step."""
+        self._reset()
+        self._kept = []
+
+    # -- inside ------------------------------------------------------------------
+
+    def _take(self, ids: list[int], key: Hashable, *, reuse: bool) -> tuple[Held, int]:
+        """A kept cache holding the longest usable prefix of `ids` under `key`, cut to it,
+        and its length; a fresh cache when none shares one."""
+        best, length = None, 0
+        if reuse:
+            for held in self._kept:
+                shared = usable_prefix(held.ids, ids) if held.key == key else 0
+                if shared > length:
+                    best, length = held, shared
+        if best is not None:
+            self._kept.remove(best)
+            if crop(best, length):
+                return best, length
+        return Held(DynamicCache(config=self._model.config), key=key), 0
+
+    def _own(self, index: int, row: Row) -> Held:
+        """Row `index`'s keys and values, without its padding, as a cache of its own."""
+        cache = self._cache
+        assert cache is not None
+        pad = int(cache.get_seq_length()) - len(row.ids)
+        kept = DynamicCache(config=self._model.config)
+        for source, layer in zip(_layers(cache), _layers(kept), strict=True):
+            keys, values = _states(source)
+            layer.lazy_initialization(keys, values)
+            layer.keys = keys[index : index + 1, :, pad:].clone()
+            layer.values = values[index : index + 1, :, pad:].clone()
+        return Held(kept, ids=row.ids, key=row.key)
+
+    def _keep(self, held: Held) -> None:
+        self._kept.append(held)
+        del self._kept[: -self.capacity]
+
+    def _merge(self, row: Row, cache: DynamicCache) -> None:
+        """Append the row's cache (a batch of one) to the batch axis, left-padding the shorter."""
+        length = len(row.ids)
+        if self._cache is None:
+            self._cache = cache
+            self._mask = torch.ones((1, length), dtype=torch.long)
+            self._rows = [row]
+            return
+        total = int(self._cache.get_seq_length())
+        width = max(total, length)
+        for mine, theirs in zip(_layers(self._cache), _layers(cache), strict=True):
+            (keys, values), (new_keys, new_values) = _states(mine), _states(theirs)
+            mine.keys = torch.cat([_pad(keys, width - total), _pad(new_keys, width - length)])
+            mine.values = torch.cat([_pad(values, width - total), _pad(new_values, width - length)])
+        ones = torch.ones((1, length), dtype=torch.long)
+        self._mask = torch.cat(
+            [_pad_mask(self._mask, width - total), _pad_mask(ones, width - length)]
+        )
+        self._rows.append(row)
+
+    def _select(self, indices: list[int]) -> None:
+        """Keep only the batch rows at `indices`, and cut leading columns no row attends to."""
+        if not indices or self._cache is None:
+            self._reset()
+            return
+        picked = torch.tensor(indices, dtype=torch.long)
+        mask = self._mask[picked]
+        start = int(torch.nonzero(mask.any(dim=0))[0, 0])
+        for layer in _layers(self._cache):
+            keys, values = _states(layer)
+            layer.keys = keys[picked, :, start:]
+            layer.values = values[picked, :, start:]
+        self._mask = mask[:, start:]
+
+    def _reset(self) -> None:
+        for row in self._rows:
+            row.open = False
+        self._rows = []
+        self._cache = None
+        self._mask = torch.zeros((0, 0), dtype=torch.long)
+
+    def _pick(self, row: Row, logits: torch.Tensor) -> Token:
+        token_id = row.sampler.next_id(logits)
+        if row.guide is not None:
+            row.guide.advance(token_id)
+        return Token(token_id=token_id, eos=token_id in self._settings.eos_ids)
+
+
+def _layers(cache: DynamicCache) -> list[DynamicLayer]:
+    """The cache's layers: plain full-attention ones (`batchable`)."""
+    return cast(list[DynamicLayer], cache.layers)
+
+
+def _states(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    keys, values = layer.keys, layer.values
+    if keys is None or values is None:
+        raise RuntimeError("a cache layer holds no keys yet")
+    return keys, values
+
+
+def _pad(states: torch.Tensor, width: int) -> torch.Tensor:
+    """`states` ([rows, heads, length, dim]) with `width` zero positions in front."""
+    if width == 0:
+        return states
+    shape = (states.shape[0], states.shape[1], width, states.shape[3])
+    return torch.cat([states.new_zeros(shape), states], dim=2)
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    if width == 0:
+        return mask
+    return torch.cat([mask.new_zeros((mask.shape[0], width)), mask], dim=1)
