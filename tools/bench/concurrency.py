@@ -343,7 +343,7 @@ def overload_table(loaded: Overload) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _goal(name: str, value: float, goal: float, at_most: bool = False) -> str:
+def goal_row(name: str, value: float, goal: float, at_most: bool = False) -> str:
     """A goal's row: `value` against `goal`, a floor (or a ceiling, `at_most`)."""
     met = value <= goal if at_most else value >= goal
     mark = "" if met else (" (above)" if at_most else " (below)")
@@ -361,21 +361,21 @@ def goals(results: Results, parallel: int) -> str:
         "|---|---:|---:|",
         f"| server C={parallel} / C=1 | {server:.3f} | |",
         f"| bare k={parallel} / k=1 | {bare:.3f} | |",
-        _goal("(server ratio) / (bare ratio)", server / bare, 0.85),
-        _goal("TTFT busy / idle (medians)", ttft["busy"] / ttft["idle"], 3.0, at_most=True),
+        goal_row("(server ratio) / (bare ratio)", server / bare, 0.85),
+        goal_row("TTFT busy / idle (medians)", ttft["busy"] / ttft["idle"], 3.0, at_most=True),
     ]
     loaded = results.overload
     if loaded is not None:
         tally = loaded.tally
         lines += [
-            _goal("overload: statuses not 200/503", sum(tally.other.values()), 0, at_most=True),
-            _goal("overload: 503s without Retry-After", tally.without_retry_after, 0, True),
-            _goal(
+            goal_row("overload: statuses not 200/503", sum(tally.other.values()), 0, at_most=True),
+            goal_row("overload: 503s without Retry-After", tally.without_retry_after, 0, True),
+            goal_row(
                 f"overload tok/s / server C={parallel}",
                 loaded.rate / med[f"server C={parallel}"],
                 0.8,
             ),
-            _goal("overload RSS drift", loaded.drift, 0.05, at_most=True),
+            goal_row("overload RSS drift", loaded.drift, 0.05, at_most=True),
         ]
     return "\n".join(lines) + "\n"
 

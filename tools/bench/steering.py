@@ -36,7 +36,7 @@ import torch
 
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from miserver.steering.applied import item, snapshot
+from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE, load_sae
 from miserver.steering.source import FixedSource
 from tools import sae_train
@@ -95,7 +95,7 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     engine = load_transformers_engine(
         sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
     )
-    fixed = FixedSource(snapshot([item("inline", sae, sae.layer, FEATURES)]))
+    fixed = FixedSource(snapshot([applied_sae("inline", sae, sae.layer, FEATURES)]))
     counter = itertools.count()
     features = [{"index": i, "strength": s} for i, s in FEATURES.items()]
     args = ["--model", MODEL_ID, "--saes-dir", str(saes)]
