@@ -114,3 +114,32 @@ def test_a_returning_prompt_reuses_its_rows_prefix(engine: LlamaCppEngine) -> No
     finally:
         for r in rows:
             batch.leave(r)
+
+
+def test_busy_rows_stay_one_block_and_a_moved_row_decodes_on(engine: LlamaCppEngine) -> None:
+    """OAI-CBM-02, OAI-CBM-14 (throughput): llama.cpp splits a step into one forward pass per
+    run of consecutive sequences (batch.py), so the busy sequences stay one block: a row
+    leaving from inside it is replaced by the block's last row, KV and all, and every row,
+    moved or not, still gives the tokens it gives alone."""
+    batch = engine.batch
+    assert batch is not None
+    asks = [(prompt(engine, t), greedy(12)) for t in TOPICS[:4]]
+    alone = [drive(engine, [ask])[0] for ask in asks]
+    rows = [batch.join(ids, params, None) for ids, params in asks]
+    out = [[row.last.token_id] for row in rows]
+    for _ in range(3):
+        batch.step(rows)
+        for made, row in zip(out, rows, strict=True):
+            made.append(row.last.token_id)
+    batch.leave(rows[1])
+    live = [rows[0], rows[2], rows[3]]
+    seqs = sorted(row.seq for row in live)  # type: ignore[attr-defined]
+    assert seqs == list(range(seqs[0], seqs[0] + len(live)))
+    while len(out[0]) < 12:
+        batch.step(live)
+        for i in (0, 2, 3):
+            out[i].append(rows[i].last.token_id)
+    for row in live:
+        batch.leave(row)
+    assert [out[i] for i in (0, 2, 3)] == [alone[i] for i in (0, 2, 3)]
+    assert out[1] == alone[1][:4]

@@ -17,6 +17,17 @@ sequence:
 - `leave` frees the row's sequence; its KV stays for the next row that shares
   its prefix.
 
+One step must be one forward pass. With a KV stream per sequence, llama.cpp
+cuts a batch into micro-batches wherever a token's sequence id is not the
+previous one's plus one (`split_equal`, sequential), and each micro-batch
+reads every weight again: rows on sequences 0 and 2, or fed as 1 then 0,
+cost two passes. So the busy sequences are kept one unbroken block and a
+step feeds its rows in sequence order. A row joins at either end of the
+block (when the sequence holding its prefix is elsewhere, that sequence's
+KV is copied there: `llama_memory_seq_cp` copies a whole stream); a row
+that leaves from inside the block is filled by moving the block's last row
+into its sequence, KV and all.
+
 Everything runs in the engine's one worker thread; nothing here is locked.
 """
 
@@ -55,7 +66,7 @@ class Row:
 class _Sequence:
     held: list[int] = field(default_factory=list)
     used: int = 0  # when it was last taken, for least-recently-used reuse
-    busy: bool = False
+    row: Row | None = None  # the row decoding on it; None while free
 
 
 class Rows:
@@ -100,7 +111,7 @@ class Rows:
         if len(ids) > self.window:
             raise ValueError(f"the prompt holds {len(ids)} tokens; the window is {self.window}")
         seq, kept = self._take(ids)
-        index = self._prefill(seq, ids, kept)
+        index = self._prefill(seq, ids, kept)  # the sequence stays free if this fails
         penalties = None
         if not is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
             penalties = Penalties(params.frequency_penalty, params.presence_penalty)
@@ -115,12 +126,14 @@ class Rows:
             cached=kept,
         )
         row.last = self._pick(row, index)
+        self._sequences[seq].row = row
         return row
 
     def step(self, rows: Sequence[Row]) -> None:
         """Feed each row's newest token, in one decode, and pick each row's next (`row.last`)."""
         self._check_open()
         batch = self._batch
+        rows = sorted(rows, key=lambda row: row.seq)  # one micro-batch, not one per row
         for i, row in enumerate(rows):
             token = row.last.token_id
             if row.penalties is not None:
@@ -139,8 +152,10 @@ class Rows:
         row.open = False
         row.chain.close()  # type: ignore[no-untyped-call]
         sequence = self._sequences[row.seq]
-        sequence.held = row.held
-        sequence.busy = False
+        sequence.held, sequence.row = row.held, None
+        busy = self._busy()
+        if busy and busy[0] < row.seq < busy[-1]:  # a hole inside the block
+            self._move(busy[-1], row.seq)
 
     def close(self) -> None:
         """Free the context and the batch; a row still open fails at its next step."""
@@ -156,26 +171,69 @@ class Rows:
         if self._closed:
             raise RuntimeError("the llama.cpp batch context is closed")
 
+    def _busy(self) -> list[int]:
+        """The busy sequences, in order."""
+        return [n for n, s in enumerate(self._sequences) if s.row is not None]
+
+    def _ends(self) -> list[int]:
+        """The free sequences a row may join on and keep the busy ones one block: those
+        next to the block, or every one when none is busy."""
+        busy = self._busy()
+        if not busy:
+            return list(range(self.capacity))
+        return [n for n in (busy[0] - 1, busy[-1] + 1) if 0 <= n < self.capacity]
+
     def _take(self, ids: list[int]) -> tuple[int, int]:
         """A free sequence for `ids` and how many of them its KV keeps (at most all but the
-        last, so the last is run and its logits are fresh)."""
-        free = [(n, s) for n, s in enumerate(self._sequences) if not s.busy]
-        if not free:
+        last, so the last is run and its logits are fresh). The free sequence that shares
+        most (the least recently used among equals) lends its KV to an end of the block
+        when it is not one."""
+        ends = self._ends()
+        if not ends:
             raise RuntimeError("every row of the batch is taken")
+        sequences = self._sequences
 
-        def shared(sequence: _Sequence) -> int:
-            limit = min(len(sequence.held), len(ids) - 1)
-            held = np.asarray(sequence.held[:limit])
+        def shared(n: int) -> int:
+            limit = min(len(sequences[n].held), len(ids) - 1)
+            held = np.asarray(sequences[n].held[:limit])
             differ = np.flatnonzero(held != np.asarray(ids[:limit]))
             return int(differ[0]) if differ.size else int(limit)
 
-        n, sequence = max(free, key=lambda f: (shared(f[1]), -f[1].used))
-        kept = shared(sequence)
+        def rank(n: int) -> tuple[int, int]:
+            return shared(n), -sequences[n].used
+
+        n = max(ends, key=rank)
+        free = [m for m, s in enumerate(sequences) if s.row is None]
+        lender = max(free, key=rank)
+        if shared(lender) > shared(n):
+            spares = [m for m in free if m not in (n, lender)]
+            if spares:  # what `n` held is not lost: the least recently used KV goes instead
+                self._copy(n, min(spares, key=lambda m: sequences[m].used))
+            self._copy(lender, n)
+        kept = shared(n)
         if not llama_cpp.llama_memory_seq_rm(self._memory, n, kept, -1):
             llama_cpp.llama_memory_seq_rm(self._memory, n, -1, -1)
             kept = 0
-        sequence.busy, sequence.used, sequence.held = True, next(self._clock), ids[:kept]
+        sequences[n].used, sequences[n].held = next(self._clock), ids[:kept]
         return n, kept
+
+    def _copy(self, source: int, target: int) -> None:
+        """Sequence `target`'s KV becomes a copy of `source`'s (the whole stream, at the next
+        decode, copies in the order made); `source` keeps its own."""
+        llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+        copied, original = self._sequences[target], self._sequences[source]
+        copied.held, copied.used = list(original.held), original.used
+
+    def _move(self, source: int, target: int) -> None:
+        """The row on `source` goes on to free `target`, its KV with it; `source` is left
+        free, holding what the row held so far."""
+        row = self._sequences[source].row
+        assert row is not None
+        self._sequences[source].held = list(row.held)
+        self._copy(source, target)
+        self._sequences[target].row, self._sequences[source].row = row, None
+        self._sequences[target].used = next(self._clock)
+        row.seq = target
 
     def _prefill(self, seq: int, ids: list[int], kept: int) -> int:
         """Run `ids[kept:]` on `seq` in chunks of n_batch; the batch index of the last."""
