@@ -1,7 +1,9 @@
 """Continuous batching on llama.cpp: k rows decoded together, bare and through `miserver serve`.
 
     python -m tools.bench.concurrency [--rounds 3] [--tokens 128] [--threads N]
-        [--parallel 8] [--overload]
+        [--parallel 8] [--overload] [--engine llama.cpp|transformers]
+
+(`--engine transformers` runs `tools/bench/transformers_rows.py`.)
 
 Eight chat prompts ("Write a long story about <topic>.", rendered with the
 file's chat template by miserver's llama.cpp engine: the same token ids
@@ -177,9 +179,10 @@ def stream(
     i: int,
     tokens: int,
     first: threading.Event | None = None,
+    model: str = MODEL_ID,
 ) -> float:
     """Stream prompt `i` to its end; the seconds to its first content (`first` is set then)."""
-    body = common.chat_body(MODEL_ID, messages(i), tokens, stream=True)
+    body = common.chat_body(model, messages(i), tokens, stream=True)
     ttft: float | None = None
     started = time.perf_counter()
     with client.stream("POST", f"{base_url}/chat/completions", json=body) as response:
@@ -195,19 +198,24 @@ def stream(
 
 
 def busy_ttft(
-    pool: ThreadPoolExecutor, client: httpx.Client, base_url: str, parallel: int, tokens: int
+    pool: ThreadPoolExecutor,
+    client: httpx.Client,
+    base_url: str,
+    parallel: int,
+    tokens: int,
+    model: str = MODEL_ID,
 ) -> float:
     """TTFT of the last prompt while `parallel - 1` others stream."""
     firsts = [threading.Event() for _ in range(parallel - 1)]
     background = [
-        pool.submit(stream, client, base_url, i, 2 * tokens, first)
+        pool.submit(stream, client, base_url, i, 2 * tokens, first, model)
         for i, first in enumerate(firsts)
     ]
     try:
         if not all(first.wait(WAIT_S) for first in firsts):
             raise RuntimeError("a background stream sent no content")
         wait_for_slots(client, base_url, parallel - 1)
-        return stream(client, base_url, parallel - 1, tokens)
+        return stream(client, base_url, parallel - 1, tokens, model=model)
     finally:
         for future in background:
             future.result()
@@ -220,11 +228,12 @@ def ttft_rounds(
     parallel: int,
     tokens: int,
     rounds: int,
+    model: str = MODEL_ID,
 ) -> dict[str, list[float]]:
     """A warm-up of both, then `rounds` rounds whose order alternates."""
     paths = {
-        "idle": partial(stream, client, base_url, parallel - 1, tokens),
-        "busy": partial(busy_ttft, pool, client, base_url, parallel, tokens),
+        "idle": partial(stream, client, base_url, parallel - 1, tokens, model=model),
+        "busy": partial(busy_ttft, pool, client, base_url, parallel, tokens, model),
     }
     for measure_once in paths.values():
         measure_once()
@@ -411,7 +420,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--overload", action="store_true", help=f"{OVERLOAD_CLIENTS} clients for 60 s more"
     )
+    parser.add_argument(
+        "--engine",
+        choices=["llama.cpp", "transformers"],
+        default="llama.cpp",
+        help="transformers: tools/bench/transformers_rows.py, with these options",
+    )
     args = parser.parse_args(argv)
+    if args.engine == "transformers":
+        from tools.bench import transformers_rows  # it imports this module
+
+        return transformers_rows.main(
+            [f"--rounds={args.rounds}", f"--tokens={args.tokens}", f"--parallel={args.parallel}"]
+            + ([] if args.threads is None else [f"--threads={args.threads}"])
+        )
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="miserver-bench-") as work:

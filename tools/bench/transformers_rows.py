@@ -22,8 +22,12 @@ conversion), the eight chat prompts of `tools.bench.concurrency`:
   the batch add the same vector; every response's `X-miLLM-Steering` must
   name an inline set.
 
-Rounds are interleaved (`common.interleave`) after a warm-up. Goals:
-server C=8 / C=1 >= 0.85 x bare k=8 / k=1; C=8 steered >= 0.9 x C=8.
+- TTFT: as `tools.bench.concurrency` measures it (a streamed request on the
+  idle server, and while 7 others stream), unsteered.
+
+Rounds are interleaved (`common.interleave`) after a warm-up, then the TTFT
+rounds. Goals: server C=8 / C=1 >= 0.85 x bare k=8 / k=1; C=8 steered >=
+0.9 x C=8; TTFT busy / idle <= 3.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -145,7 +150,9 @@ def clients(
     return Batched(sum(r.tokens for r in rows), seconds, "", rows=rows)
 
 
-def measure(args: argparse.Namespace, work: Path) -> dict[str, list[Batched]]:
+def measure(
+    args: argparse.Namespace, work: Path
+) -> tuple[dict[str, list[Batched]], dict[str, list[float]]]:
     _, folder = trained_sae()
     saes = work / "saes"
     saes.mkdir()
@@ -178,12 +185,16 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, list[Batched]]:
         if backend != "continuous_batching":
             raise RuntimeError(f"the server serves {backend}")
         runs = cast(dict[str, list[Batched]], common.interleave(paths, args.rounds))
+        ttft = concurrency.ttft_rounds(
+            pool, client, base_url, args.parallel, args.tokens, args.rounds, MODEL_ID
+        )
     engine.close()
-    return runs
+    return runs, ttft
 
 
-def goals(runs: dict[str, list[Batched]], parallel: int) -> str:
+def goals(runs: dict[str, list[Batched]], ttft: dict[str, list[float]], parallel: int) -> str:
     med = {name: common.median_rate(found) for name, found in runs.items()}
+    waits = {name: statistics.median(found) for name, found in ttft.items()}
     server = med[f"server C={parallel}"] / med["server C=1"]
     bare = med[f"bare k={parallel}"] / med["bare k=1"]
     steered = med[f"server C={parallel} steered"] / med[f"server C={parallel}"]
@@ -194,6 +205,9 @@ def goals(runs: dict[str, list[Batched]], parallel: int) -> str:
         f"| bare k={parallel} / k=1 | {bare:.3f} | |",
         concurrency.goal_row("(server ratio) / (bare ratio)", server / bare, 0.85),
         concurrency.goal_row(f"C={parallel} steered / C={parallel} unsteered", steered, 0.9),
+        concurrency.goal_row(
+            "TTFT busy / idle (medians)", waits["busy"] / waits["idle"], 3.0, at_most=True
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -209,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-rows-") as tmp:
-        runs = measure(args, Path(tmp))
+        runs, ttft = measure(args, Path(tmp))
     bare = {name: found for name, found in runs.items() if name.startswith("bare")}
     server = {name: found for name, found in runs.items() if name.startswith("server")}
     sys.stdout.write(
@@ -220,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         + "\n"
         + concurrency.rows_table(server, args.tokens, "server C=1")
         + "\n"
-        + goals(runs, args.parallel)
+        + concurrency.ttft_table(ttft, args.parallel)
+        + "\n"
+        + goals(runs, ttft, args.parallel)
     )
     return 0
 
