@@ -8,7 +8,7 @@ serial path does. Steps and leaves only check that a row is the engine's own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .base import BatchRow
 
@@ -29,29 +29,42 @@ class Rows(Protocol[R_contra]):
     def close(self) -> None: ...
 
 
-class RowsBatchBase(Generic[R]):
-    """`Batch` less `join`, over `rows` whose rows are `row_type`."""
+T = TypeVar("T", bound=Rows[Any])
 
-    def __init__(self, rows: Rows[R], row_type: type[R]) -> None:
-        self._base_rows = rows
+
+def prompt_row(prompt_ids: Sequence[int], window: int) -> list[int]:
+    """A prompt's ids as a row takes them; refused when empty or longer than the window."""
+    ids = [int(i) for i in prompt_ids]
+    if not ids:
+        raise ValueError("the prompt holds no tokens")
+    if len(ids) > window:
+        raise ValueError(f"the prompt holds {len(ids)} tokens; the window is {window}")
+    return ids
+
+
+class RowsBatchBase(Generic[T, R]):
+    """`Batch` less `join`, over `rows` (an engine's `Rows`) whose rows are `row_type`."""
+
+    def __init__(self, rows: T, row_type: type[R]) -> None:
+        self._rows = rows
         self._row_type = row_type
 
     @property
     def capacity(self) -> int:
-        return self._base_rows.capacity
+        return self._rows.capacity
 
     @property
     def window(self) -> int:
-        return self._base_rows.window
+        return self._rows.window
 
     def step(self, rows: Sequence[BatchRow]) -> None:
-        self._base_rows.step([self._own(row) for row in rows])
+        self._rows.step([self._own(row) for row in rows])
 
     def leave(self, row: BatchRow) -> None:
-        self._base_rows.leave(self._own(row))
+        self._rows.leave(self._own(row))
 
     def close(self) -> None:
-        self._base_rows.close()
+        self._rows.close()
 
     def _own(self, row: BatchRow) -> R:
         if not isinstance(row, self._row_type):

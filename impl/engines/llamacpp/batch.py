@@ -44,6 +44,7 @@ from llama_cpp import _internals
 
 from ..base import SamplingParams, Token
 from ..grammar import Guide
+from ..rows import prompt_row
 from .sampling import Penalties, is_no_op_penalty, sampler_chain
 
 
@@ -105,11 +106,7 @@ class Rows:
     ) -> Row:
         """Prefill `prompt_ids` into a free sequence and pick its first token."""
         self._check_open()
-        ids = [int(i) for i in prompt_ids]
-        if not ids:
-            raise ValueError("the prompt holds no tokens")
-        if len(ids) > self.window:
-            raise ValueError(f"the prompt holds {len(ids)} tokens; the window is {self.window}")
+        ids = prompt_row(prompt_ids, self.window)
         seq, kept = self._take(ids)
         index = self._prefill(seq, ids, kept)  # the sequence stays free if this fails
         penalties = None

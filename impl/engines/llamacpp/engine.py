@@ -227,14 +227,13 @@ class LlamaCppEngine:
         logger.info("closed llama.cpp engine for %s", self._facts.model_id)
 
 
-class RowsBatch(RowsBatchBase[Row]):
+class RowsBatch(RowsBatchBase[Rows, Row]):
     """The engine's `Batch`: `Rows`, with a request's constraint and seed made as the serial
     path makes them."""
 
     def __init__(self, engine: LlamaCppEngine, rows: Rows) -> None:
         super().__init__(rows, Row)
         self._engine = engine
-        self._rows = rows
 
     def join(
         self,

@@ -36,6 +36,7 @@ from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from ..base import SamplingParams, SteeringSource, Token
+from ..rows import prompt_row
 from .decoding import DecodeSettings, Sampler
 from .grammar import Guide
 from .prefix import Held, crop, usable_prefix
@@ -92,11 +93,7 @@ class Rows:
     ) -> Row:
         """Prefill `prompt_ids` alone under `steering`, pick its first token, then merge its
         keys and values into the batch."""
-        ids = [int(i) for i in prompt_ids]
-        if not ids:
-            raise ValueError("the prompt holds no tokens")
-        if len(ids) > self.window:
-            raise ValueError(f"the prompt holds {len(ids)} tokens; the window is {self.window}")
+        ids = prompt_row(prompt_ids, self.window)
         if len(self._rows) >= self.capacity:
             raise RuntimeError("every row of the batch is taken")
         key = () if steering is None else steering.key()
@@ -155,7 +152,7 @@ class Rows:
         row.open = False
         index = next(i for i, r in enumerate(self._rows) if r is row)
         if row.steering is None or not row.steering.mixed():  # one state's keys and values
-            self._keep(self._own(index, row))
+            self._keep(self._kept_copy(index, row))
         del self._rows[index]
         self._select([i for i in range(len(self._rows) + 1) if i != index])
 
@@ -181,7 +178,7 @@ class Rows:
                 return best, length
         return Held(DynamicCache(config=self._model.config), key=key), 0
 
-    def _own(self, index: int, row: Row) -> Held:
+    def _kept_copy(self, index: int, row: Row) -> Held:
         """Row `index`'s keys and values, without its padding, as a cache of its own."""
         cache = self._cache
         assert cache is not None

@@ -235,13 +235,12 @@ class TransformersEngine:
         logger.info("closed transformers engine for %s", self._facts.model_id)
 
 
-class RowsBatch(RowsBatchBase[Row]):
+class RowsBatch(RowsBatchBase[Rows, Row]):
     """The engine's `Batch`: `Rows`, with a request's constraint made as the serial path
     makes it."""
 
     def __init__(self, rows: Rows, grammars: Grammars) -> None:
         super().__init__(rows, Row)
-        self._rows = rows
         self._grammars = grammars
 
     def join(
