@@ -198,7 +198,7 @@ class Settings:
         "MISERVER_THREADS",
         "--threads",
         "Threads for forward passes (torch on transformers, llama.cpp on GGUF); "
-        "0 keeps the library's default.",
+        "0 uses the physical cores the process may use (affinity, cgroup quota).",
     )
     log_level: str = _knob("info", "MISERVER_LOG_LEVEL", "--log-level", "Logging level.")
 

@@ -15,6 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
+from miserver.engines.cores import usable_cores
 from miserver.settings import Settings
 from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
 from tests.integration.test_local_api import wait_until
@@ -187,6 +188,16 @@ def test_session_parameters_shape_the_next_load_on_llama_cpp(client: TestClient)
     assert client.post("/api/session/unload", headers=JSON).status_code == 200
     assert load(client, GGUF_ID)["model"]["compute_threads"] == 2
     assert client.get("/api/config").json()["reload_required"] is False
+
+
+@pytest.mark.parametrize("model", [GGUF_ID, MODEL_ID], ids=["llama.cpp", "transformers"])
+def test_threads_auto_uses_the_usable_physical_cores(client: TestClient, model: str) -> None:
+    """LOC-INFO-17, LOC-CONC-10 (issue 23 item 1): `threads` auto loads with one thread per
+    physical core the process may use, on both engines, and /api/info says so."""
+    configure(client, threads="auto")
+    info = load(client, model)
+    assert info["model"]["compute_threads"] == usable_cores()
+    assert info["model"]["busy_threads"] == usable_cores()
 
 
 def test_session_parameters_shape_the_next_load_on_transformers(client: TestClient) -> None:

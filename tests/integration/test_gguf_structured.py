@@ -114,7 +114,8 @@ def test_json_object_gives_one_object(client: TestClient, text: str) -> None:
 def test_length_and_stop(client: TestClient) -> None:
     """OAI-SO-08, -09: a cut document is 200 `length` with the unfinished text; `const: 7`
     with one token parses but did not end ("length"), with room it ends ("stop")."""
-    ((finish, text),) = choices(ask(client, JSON_OBJECT, 'Reply {"ok": true}.', max_tokens=3))
+    asked = "Reply with a JSON object with the keys name, age and city."
+    ((finish, text),) = choices(ask(client, JSON_OBJECT, asked, max_tokens=3))
     assert finish == "length" and text.startswith("{")
     ((finish, text),) = choices(ask(client, json_schema({"const": 7}), max_tokens=1))
     assert (finish, text) == ("length", "7")

@@ -86,7 +86,12 @@ def engine() -> Iterator[LlamaCppEngine]:
 def bare() -> Iterator[llama_cpp.Llama]:
     """A plain `Llama` on the same file and window: the reference."""
     llama = llama_cpp.Llama(
-        model_path=str(smollm2_gguf()), n_ctx=8192, n_threads=1, n_threads_batch=1, verbose=False
+        model_path=str(smollm2_gguf()),
+        n_ctx=8192,
+        n_threads=1,
+        n_threads_batch=1,
+        flash_attn=True,  # as the engine loads it (loading.py)
+        verbose=False,
     )
     yield llama
     llama.close()

@@ -17,6 +17,8 @@ from pathlib import Path
 import llama_cpp
 from llama_cpp import _internals
 
+from miserver.engines.cores import usable_cores
+
 try:
     from tools.bench import common
 except ModuleNotFoundError:  # run as a script
@@ -49,8 +51,9 @@ def bare_engine(path: Path, window: int, threads: int | None, rows: int) -> Iter
     llama = llama_cpp.Llama(
         model_path=str(path),
         n_ctx=window,
-        n_threads=threads,
-        n_threads_batch=threads,
+        n_threads=threads or usable_cores(),
+        n_threads_batch=threads or usable_cores(),
+        flash_attn=True,  # as miserver's engine loads it
         verbose=False,
     )
     params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)

@@ -1,12 +1,15 @@
-"""Decode speed of GGUF serving: miserver against bare llama-cpp-python and its own server.
+"""Decode speed of GGUF serving: miserver against the bare loop and llama-cpp-python's server.
 
     python -m tools.bench.llamacpp [--rounds 5] [--tokens 128] [--threads N]
 
 Five paths generate greedily from the same chat prompt (SmolLM2-135M-Instruct
 Q4_1, rendered with the file's chat template: the same token ids everywhere):
 
-- `bare`: `Llama.create_completion(prompt=<ids>, temperature=0, ...)` in this
-  process, on the same file with the same n_ctx and threads;
+- `bare`: the low-level loop of `tools/bench/peer.py` (`BareLoop`: `llama_decode`
+  on a one-token `llama_batch`, llama.cpp's greedy sampler reading the logits
+  in place; no `create_completion`, which carries per-token costs of its own)
+  in this process, on the same file with the same n_ctx, threads and flash
+  attention as miserver's engine;
 - `server` / `server-stream`: `POST /v1/chat/completions` to `miserver serve`
   (a subprocess on loopback serving its embedded default on llama.cpp, model
   `SmolLM2-135M-Instruct:Q4_1`), timed until the whole body, or `[DONE]`, is in;
@@ -20,10 +23,12 @@ Sampling is greedy with nothing else on (top_k 0, min_p 0, top_p 1,
 repeat_penalty 1.0). Every path keeps its KV cache between requests, so each
 repeat of the prompt reuses all but its last token everywhere. n_ctx is the
 file's trained context (8192) everywhere; `--threads N` sets prefill and
-decode threads everywhere (default: llama-cpp-python's, the same formula in
-all three). Rounds are interleaved as in `decode.py`. The tables (markdown)
-go to stdout, with the ratios server / bare (goal >= 0.97) and server /
-llama-cpp-server (goal >= 1.0).
+decode threads everywhere (default: each side's own; miserver's and the bare
+loop's is one per usable physical core, `impl/engines/cores.py`). llama.cpp's
+own `llama-server` is compared in `tools/bench/peer.py`. Rounds are
+interleaved as in `decode.py`. The tables (markdown) go to stdout, with the
+ratios server / bare (goal >= 0.97) and server / llama-cpp-server (goal >=
+1.0).
 """
 
 from __future__ import annotations
@@ -45,14 +50,17 @@ import llama_cpp
 
 from miserver.engines import gguf
 from miserver.engines.base import ChatPrompt
+from miserver.engines.cores import usable_cores
 from miserver.engines.llamacpp import chat, load_llamacpp_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import from_env
 
 try:
     from tools.bench import common
+    from tools.bench.peer import BareLoop
 except ModuleNotFoundError:  # run as a script: python tools/bench/llamacpp.py
     import common  # type: ignore[no-redef]
+    from peer import BareLoop  # type: ignore[no-redef]
 
 log = logging.getLogger("bench.llamacpp")
 
@@ -93,13 +101,6 @@ def prompt(path: Path) -> tuple[list[int], str]:
 
 
 # -- the paths ------------------------------------------------------------------------
-
-
-def bare(llama: llama_cpp.Llama, prompt_ids: list[int], tokens: int) -> Run:
-    started = time.perf_counter()
-    out: Any = llama.create_completion(prompt=prompt_ids, max_tokens=tokens, **GREEDY)
-    seconds = time.perf_counter() - started
-    return Run(out["usage"]["completion_tokens"], seconds, out["choices"][0]["text"])
 
 
 def llama_server_json(client: httpx.Client, base_url: str, text: str, tokens: int) -> Run:
@@ -150,9 +151,7 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     path = embedded_default()
     n_ctx = gguf.facts(path).context_length
     prompt_ids, text = prompt(path)
-    llama = llama_cpp.Llama(
-        model_path=str(path), n_ctx=n_ctx, verbose=False, logits_all=False, **_threads(threads)
-    )
+    bare = BareLoop(path, n_ctx, threads or usable_cores(), prompt_ids)
     extra = [] if threads is None else ["--threads", str(threads)]
     with (
         common.served(work / "data", settings.cache_dir, threads, extra) as base_url,
@@ -160,7 +159,7 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
         httpx.Client(timeout=600.0) as client,
     ):
         paths: dict[str, Callable[[], Run]] = {
-            "bare": lambda: bare(llama, prompt_ids, tokens),
+            "bare": lambda: bare.run(tokens),
             "server": lambda: common.server_json(
                 client, base_url, tokens, model=MODEL_ID, messages=MESSAGES
             ),
@@ -171,7 +170,7 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
             "llama-cpp-server-stream": lambda: llama_server_stream(client, llama_url, text, tokens),
         }
         runs = common.interleave(paths, rounds)
-    llama.close()
+    bare.close()
     return runs
 
 
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="miserver-bench-") as work:
         runs = measure(args.rounds, args.tokens, args.threads, Path(work))
-    threads = args.threads or "llama-cpp-python's default"
+    threads = args.threads or "each side's default"
     sys.stdout.write(
         f"llama-cpp-python {llama_cpp.__version__}, threads: {threads}, {os.cpu_count()} CPUs, "
         f"{args.rounds} rounds of {args.tokens} greedy tokens\n\n"

@@ -8,7 +8,14 @@ count it returns is what was really reused: `Prefilled.cached_tokens`. A
 different conversation evicts the previous one: there is one cache.
 
 The ids the cache holds are llama-cpp-python's own record (`Llama.input_ids`
-up to `Llama.n_tokens`), which `Llama.eval` keeps in step with the cache.
+up to `Llama.n_tokens`), kept in step with the cache here (and by
+`Llama.eval`, which decisions use). Tokens run through llama.cpp's batch
+API directly: a prefill in chunks of n_batch with logits for the last token
+only, and each generated token through a one-token `llama_batch` made once,
+so a decode step writes two numbers into it, calls `llama_decode` and
+records the id (`Llama.eval` would also trim the cache and refill the whole
+batch, every step). The logits stay in llama.cpp's buffer: the sampler chain
+reads them there, as penalties and grammar masks write them (`pick`).
 A generator owns the context between its steps; when another generator has
 used it meanwhile (generators interleaved), the next step re-holds its own
 sequence through the same prefix reuse, so the two never mix. (A sequence
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 import llama_cpp
 import numpy as np
@@ -42,6 +50,15 @@ class Context:
         self.vocab = llama_cpp.llama_model_get_vocab(llama.model)
         self._owner: object | None = None
         self._closed = False
+        self._ctx = llama.ctx
+        self._n_batch = int(llama.n_batch)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._one = llama_cpp.llama_batch_init(1, 0, 1)  # the decode step's batch
+        self._one.n_tokens = 1
+        self._one.n_seq_id[0] = 1
+        self._one.seq_id[0][0] = 0
+        self._one.logits[0] = True
+        self._one_token, self._one_pos = self._one.token, self._one.pos  # ctypes pointers
 
     @property
     def window(self) -> int:
@@ -65,13 +82,51 @@ class Context:
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         llama = self.llama
-        if self._owner is owner and llama.n_tokens == len(ids) - 1:
-            llama.eval(ids[-1:])  # the owner's next token: the common case
-            return len(ids) - 1
+        n = llama.n_tokens
+        if self._owner is owner and n == len(ids) - 1:  # the owner's next token: the common case
+            token = ids[-1]
+            self._one_token[0], self._one_pos[0] = token, n
+            status = llama_cpp.llama_decode(self._ctx, self._one)
+            if status != 0:
+                self._failed(n, status)
+            llama.input_ids[n] = token
+            llama.n_tokens = n + 1
+            return n
         reused = self._keep_prefix(ids if reuse else ())
         self._owner = owner
-        llama.eval(ids[reused:])
+        self._prefill(ids, reused)
         return reused
+
+    def _prefill(self, ids: Sequence[int], start: int) -> None:
+        """Run `ids[start:]` after the `start` tokens the cache holds, in chunks of n_batch;
+        logits for the last one only. Whatever the cache holds past `start` goes first."""
+        llama, batch = self.llama, self._batch
+        llama._ctx.kv_cache_seq_rm(-1, start, -1)
+        token, pos, seq, n_seq, logits = (
+            batch.token,
+            batch.pos,
+            batch.seq_id,
+            batch.n_seq_id,
+            batch.logits,
+        )
+        for first in range(start, len(ids), self._n_batch):
+            chunk = ids[first : first + self._n_batch]
+            for j, token_id in enumerate(chunk):
+                token[j], pos[j], n_seq[j], logits[j] = token_id, first + j, 1, False
+                seq[j][0] = 0
+            logits[len(chunk) - 1] = first + len(chunk) == len(ids)
+            batch.n_tokens = len(chunk)
+            status = llama_cpp.llama_decode(self._ctx, batch)
+            if status != 0:
+                self._failed(first, status)
+            llama.input_ids[first : first + len(chunk)] = chunk
+            llama.n_tokens = first + len(chunk)
+
+    def _failed(self, held: int, status: int) -> NoReturn:
+        """A decode failed: the cache keeps the `held` tokens that ran before it."""
+        self.llama._ctx.kv_cache_seq_rm(-1, held, -1)
+        self.llama.n_tokens = held
+        raise RuntimeError(f"llama_decode failed ({status})")
 
     def reuse_prefix(self, ids: Sequence[int]) -> int:
         """Keep what the cache shares with `ids` (at most all but the last); the count."""
@@ -130,4 +185,6 @@ class Context:
         """Free the model and the context; a generator still open fails at its next step."""
         with self.lock:
             self._closed = True
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_batch_free(self._one)
             self.llama.close()

@@ -9,6 +9,7 @@ import llama_cpp
 
 from .. import gguf
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
+from ..cores import usable_cores
 from .chat import ChatTemplate
 from .engine import LlamaCppEngine
 
@@ -35,8 +36,8 @@ def load_llamacpp_engine(
     """Load the GGUF file at `path` on llama.cpp (CPU).
 
     `options.ctx_size` 0 uses the context length the file was trained with
-    (a larger one is cut to it); `threads` 0 keeps llama-cpp-python's default,
-    else it is the thread count for both prefill and decode; `batch_size` 0
+    (a larger one is cut to it); `threads` is the thread count for both prefill
+    and decode, 0 the physical cores this process may use (`..cores`); `batch_size` 0
     keeps its n_batch; `mmap`, `mlock` as llama.cpp's. `dtype` is transformers'
     and changes nothing here. A file that is not GGUF raises `gguf.NotGGUF`,
     one llama.cpp cannot load raises its `ValueError`.
@@ -63,22 +64,32 @@ def _open_llama(
     path: Path, n_ctx: int, options: LoadOptions, *, embeddings: bool
 ) -> llama_cpp.Llama:
     """The model at `path` on a context of `n_ctx` tokens, set up as `options` ask."""
-    return llama_cpp.Llama(
-        model_path=str(path),
-        n_ctx=n_ctx,
-        n_threads=options.threads or None,
-        n_threads_batch=options.threads or None,
-        use_mmap=options.mmap,
-        use_mlock=options.mlock,
-        n_batch=options.batch_size or LLAMA_DEFAULT_BATCH,
-        logits_all=False,
-        verbose=False,
-        pooling_type=(
-            llama_cpp.LLAMA_POOLING_TYPE_MEAN
-            if embeddings
-            else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED
-        ),
-    )
+    threads = options.threads or usable_cores()
+
+    def open_llama(flash_attn: bool) -> llama_cpp.Llama:
+        return llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            use_mmap=options.mmap,
+            use_mlock=options.mlock,
+            n_batch=options.batch_size or LLAMA_DEFAULT_BATCH,
+            logits_all=False,
+            flash_attn=flash_attn,
+            verbose=False,
+            pooling_type=(
+                llama_cpp.LLAMA_POOLING_TYPE_MEAN
+                if embeddings
+                else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED
+            ),
+        )
+
+    try:
+        return open_llama(flash_attn=True)  # llama-server's `-fa auto` turns it on on a CPU
+    except ValueError:  # a model whose attention the flash kernel cannot run
+        logger.warning("flash attention refused for %s: loading without it", path.name)
+        return open_llama(flash_attn=False)
 
 
 def _model_facts(

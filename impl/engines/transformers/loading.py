@@ -19,6 +19,7 @@ from transformers import (
 )
 
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
+from ..cores import usable_cores
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
@@ -42,15 +43,15 @@ def load_transformers_engine(
 ) -> TransformersEngine:
     """Load the model at `path` (HF folder or `.gguf` file) on CPU.
 
-    `options.threads` > 0 sets torch's (process-wide) thread count for forward
-    passes; `options.dtype` other than auto casts the weights; `options.ctx_size`
-    > 0 shortens the context the server serves (never past the model's own).
+    `options.threads` sets torch's (process-wide) thread count for forward
+    passes, 0 the physical cores this process may use (`..cores`);
+    `options.dtype` other than auto casts the weights; `options.ctx_size` > 0
+    shortens the context the server serves (never past the model's own).
     `options.parallel` > 1 decodes that many rows together (`batch.py`).
     `batch_size`, `mmap` and `mlock` are llama.cpp's and change nothing here.
     """
     report = _reporter(progress)
-    if options.threads > 0:
-        torch.set_num_threads(options.threads)
+    torch.set_num_threads(options.threads or usable_cores())
     folder = path
     if path.is_file() and path.suffix == ".gguf":
         folder = cached_hf_folder(path, cache_dir, report)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
@@ -181,8 +182,14 @@ class Inbox:
         """From the event loop's own thread."""
         self._queue.put_nowait(event)
 
-    async def read(self) -> AsyncGenerator[Event, None]:
-        """The events until the end (or failure) event."""
+    def read(self) -> AsyncGenerator[Event, None]:
+        """The events until the end (or failure) event. A reader dropped before it started
+        (its consumer closed first) stops the choice too: its finally would never run."""
+        reader = self._read()
+        weakref.finalize(reader, self.cancel.set)
+        return reader
+
+    async def _read(self) -> AsyncGenerator[Event, None]:
         try:
             while True:
                 event = await self._queue.get()

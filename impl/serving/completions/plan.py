@@ -180,6 +180,23 @@ def prompt_ids(
         raise InvalidParameter(param, f"The messages cannot be rendered: {exc}") from exc
 
 
+INLINE_CHARS = 4096  # text this short renders and tokenizes in a fraction of a millisecond
+INLINE_MESSAGES = 16
+
+
+def is_short(prompt: Prompt, tools: ToolPlan | None) -> bool:
+    """Whether rendering and tokenizing `prompt` is quick enough to run on the event loop
+    (ModelManager.tokenize): short text, a few messages, no tools to render."""
+    if isinstance(prompt, TokenPrompt):
+        return len(prompt.ids) <= INLINE_CHARS
+    if not isinstance(prompt, ChatPrompt):
+        return len(prompt.text) <= INLINE_CHARS
+    if tools is not None or prompt.tools or len(prompt.messages) > INLINE_MESSAGES:
+        return False
+    size = sum(len(str(m.get("content") or "")) for m in prompt.messages)
+    return size <= INLINE_CHARS
+
+
 async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
     """Tokenize every prompt and fix its budget; refusals before any generation. Prepared
     again for another engine (a reload), it starts over."""
@@ -187,7 +204,9 @@ async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
     plan.prepared_for = engine
     plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
     for i, prompt in enumerate(plan.request.prompts):
-        ids = await manager.tokenize(partial(prompt_ids, engine, prompt, i, plan.tools))
+        ids = await manager.tokenize(
+            partial(prompt_ids, engine, prompt, i, plan.tools), inline=is_short(prompt, plan.tools)
+        )
         if not ids:
             where = "prompt" if plan.request.endpoint == "completions" else "messages"
             code = (

@@ -384,12 +384,13 @@ class CompletionService:
     ) -> AsyncIterator[dict[str, Any] | _Finished]:
         """Prompt i's content chunks, then its finish (the caller adds the usage)."""
         endpoint = plan.request.endpoint
+        work = job(plan, i, engine.new_rng(plan.request.seed), ticket, meter=self._meter(plan, i))
+        events = self._choice_events(engine, work, ticket)  # it starts while the role goes out
         if endpoint == "chat":
             yield out.content([shapes.delta(endpoint, i, "", None, role=True)])
-        work = job(plan, i, engine.new_rng(plan.request.seed), ticket, meter=self._meter(plan, i))
         reply = plan.reply_stream(i)
         document: list[str] = []  # a constrained reply, validated once it ends
-        async for event in self._choice_events(engine, work, ticket):
+        async for event in events:
             if isinstance(event, TextDelta):
                 if plan.output is not None:
                     document.append(event.text)

@@ -1,0 +1,449 @@
+"""miserver on the default model against llama.cpp's own `llama-server` and the bare loop.
+
+    python -m tools.bench.peer [--rounds 5] [--tokens 128] [--parallel 8]
+
+Everything runs on SmolLM2-135M-Instruct Q4_1, miserver's embedded default,
+with each side's own defaults: neither is given a thread count.
+
+One client (rounds interleaved, `common.interleave`, after a warm-up):
+
+- `bare`: the low-level loop, in this process: llama-cpp-python's `llama_decode`
+  on a `llama_batch` of one token, the greedy pick by llama.cpp's sampler
+  reading the logits in place, no copy of a logits row, no `Llama.eval`, no
+  `create_completion`. Same file, the file's trained window, flash attention
+  on, one thread per usable physical core (miserver's defaults,
+  `impl/engines/cores.py`). It
+  keeps the prompt's KV between runs and re-runs the prompt's last token, as
+  both servers do with their kept cache. The text is made once at the end.
+- `miserver` / `miserver-stream`: `miserver serve` as the README starts it
+  (a subprocess on loopback, no flag but port and folders), one greedy
+  `POST /v1/chat/completions`, JSON, or SSE timed until `[DONE]`.
+- `llama-server` / `llama-server-stream`: llama.cpp's `llama-server`
+  (`tools/bench/llama_server.py` builds it) with its defaults (`-m FILE`,
+  host and port only), the same request.
+
+Both servers render the same chat (the file's template) and keep the prompt
+cached, so each request prefills only what the other left. Tokens per second
+are completion tokens over the whole request.
+
+Time to first token (TTFT: sending to the first chunk with content), in rounds
+of their own: each round streams 10 chats of 2 tokens to each server in turn,
+with the prompt above (warm: all but its last token cached) and with a fresh
+user message each (cold: a nonce in front, so only the template's head is
+cached); a round's value is its median.
+
+Eight clients: `miserver serve --parallel 8` against `llama-server -np 8`,
+eight greedy JSON chats at once (eight prompts), aggregate completion tokens
+over the round's wall time, rounds interleaved.
+
+Goals (issue 23), each the median over rounds of the ratio within a round
+(rounds are interleaved, so a slow spell of the machine hits both sides of a
+ratio alike): miserver / llama-server >= 1.0 for JSON and stream, TTFT <=
+1.1x, eight clients >= 1.0x; miserver / bare >= 0.95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import llama_cpp
+
+from miserver.engines import gguf
+from miserver.engines.base import ChatPrompt
+from miserver.engines.cores import usable_cores
+from miserver.engines.llamacpp import load_llamacpp_engine
+from miserver.models.registry import embedded_default
+from miserver.settings import from_env
+
+try:
+    from tools.bench import common, llama_server
+except ModuleNotFoundError:  # run as a script: python tools/bench/peer.py
+    import common  # type: ignore[no-redef]
+    import llama_server  # type: ignore[no-redef]
+
+log = logging.getLogger("bench.peer")
+
+MODEL_ID = "SmolLM2-135M-Instruct:Q4_1"
+MESSAGES = [{"role": "user", "content": "Write a long essay about the history of Rome."}]
+TOPICS = [
+    "a lighthouse keeper",
+    "a dragon who loves books",
+    "a journey across the desert",
+    "a robot learning to paint",
+    "a city under the sea",
+    "two rival chefs",
+    "a lost dog finding its way home",
+    "the first colony on Mars",
+]
+TTFT_TOKENS = 2
+TTFT_REQUESTS = 10  # per path and round
+BATCH = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed(common.Run):
+    """A run with its time to first content (0 when not streamed)."""
+
+    ttft: float = 0.0
+
+
+# -- the bare loop --------------------------------------------------------------------
+
+
+class BareLoop:
+    """llama.cpp's decode loop with nothing around it: one batch, one greedy sampler."""
+
+    def __init__(self, path: Path, window: int, threads: int, prompt_ids: Sequence[int]):
+        self.llama = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=window,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_batch=BATCH,
+            flash_attn=True,
+            verbose=False,
+        )
+        self.ctx = self.llama.ctx
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
+        self.batch = llama_cpp.llama_batch_init(BATCH, 0, 1)
+        self.sampler = llama_cpp.llama_sampler_chain_init(
+            llama_cpp.llama_sampler_chain_default_params()
+        )
+        llama_cpp.llama_sampler_chain_add(self.sampler, llama_cpp.llama_sampler_init_greedy())
+        self.prompt = list(prompt_ids)
+        self.cached = 0  # prompt tokens the KV holds
+
+    def _put(self, i: int, token: int, pos: int, logits: bool) -> None:
+        batch = self.batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = logits
+
+    def _decode(self, n: int) -> None:
+        self.batch.n_tokens = n
+        if llama_cpp.llama_decode(self.ctx, self.batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def run(self, tokens: int) -> common.Run:
+        started = time.perf_counter()
+        keep = min(self.cached, len(self.prompt) - 1)
+        llama_cpp.llama_memory_seq_rm(self.memory, 0, keep, -1)
+        for start in range(keep, len(self.prompt), BATCH):
+            chunk = self.prompt[start : start + BATCH]
+            for j, token in enumerate(chunk):
+                self._put(j, token, start + j, start + j == len(self.prompt) - 1)
+            self._decode(len(chunk))
+        self.cached = len(self.prompt)
+        sample, is_eog = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog
+        made: list[int] = []
+        pos = len(self.prompt)
+        token = sample(self.sampler, self.ctx, -1)
+        while True:
+            made.append(token)
+            if is_eog(self.vocab, token) or len(made) == tokens:
+                break
+            self._put(0, token, pos, True)
+            self._decode(1)
+            pos += 1
+            token = sample(self.sampler, self.ctx, -1)
+        seconds = time.perf_counter() - started
+        text = self.llama.detokenize(made).decode("utf-8", errors="replace")
+        return common.Run(len(made), seconds, text)
+
+    def close(self) -> None:
+        llama_cpp.llama_batch_free(self.batch)
+        llama_cpp.llama_sampler_free(self.sampler)
+        self.llama.close()
+
+
+# -- requests to either server ----------------------------------------------------------
+
+
+def body(messages: Sequence[Mapping[str, Any]], tokens: int, stream: bool) -> dict[str, Any]:
+    found = common.chat_body(MODEL_ID, messages, tokens, stream)
+    if stream:
+        found["stream_options"] = {"include_usage": True}
+    return found
+
+
+def retried(request: Callable[[], Streamed]) -> Streamed:
+    """`request`, once more when the server had closed the kept-alive connection first
+    (cpp-httplib, under llama-server, closes one after a few requests); the retry is timed
+    afresh."""
+    try:
+        return request()
+    except httpx.RemoteProtocolError:
+        return request()
+
+
+def chat_json(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
+    return retried(partial(_chat_json, client, url, messages, tokens))
+
+
+def chat_stream(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
+    return retried(partial(_chat_stream, client, url, messages, tokens))
+
+
+def _chat_json(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
+    started = time.perf_counter()
+    response = client.post(f"{url}/chat/completions", json=body(messages, tokens, False))
+    seconds = time.perf_counter() - started
+    response.raise_for_status()
+    out = response.json()
+    text = out["choices"][0]["message"]["content"]
+    return Streamed(out["usage"]["completion_tokens"], seconds, text)
+
+
+def _chat_stream(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
+    parts: list[str] = []
+    completion = 0
+    ttft = 0.0
+    started = time.perf_counter()
+    with client.stream(
+        "POST", f"{url}/chat/completions", json=body(messages, tokens, True)
+    ) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices", []):
+                content = choice["delta"].get("content") or ""
+                if content and not ttft:
+                    ttft = time.perf_counter() - started
+                parts.append(content)
+            if chunk.get("usage"):
+                completion = chunk["usage"]["completion_tokens"]
+    seconds = time.perf_counter() - started
+    return Streamed(completion, seconds, "".join(parts), ttft)
+
+
+def ttfts(client: httpx.Client, url: str, messages: Callable[[], Any]) -> Streamed:
+    """`TTFT_REQUESTS` streamed chats of `TTFT_TOKENS` tokens; the median time to first
+    content (as `ttft`), tokens and seconds summed."""
+    runs = [chat_stream(client, url, messages(), TTFT_TOKENS) for _ in range(TTFT_REQUESTS)]
+    ttft = statistics.median(r.ttft for r in runs)
+    return Streamed(sum(r.tokens for r in runs), sum(r.seconds for r in runs), "", ttft)
+
+
+def clients(
+    pool: ThreadPoolExecutor, client: httpx.Client, url: str, tokens: int, count: int
+) -> common.Run:
+    """`count` chats at once, a story prompt each; the aggregate over the round's wall."""
+    started = time.perf_counter()
+    futures = [pool.submit(chat_json, client, url, story(i), tokens) for i in range(count)]
+    runs = [f.result() for f in futures]
+    seconds = time.perf_counter() - started
+    return common.Run(sum(r.tokens for r in runs), seconds, runs[0].text)
+
+
+def story(i: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]}."}]
+
+
+def cold(i: int) -> list[dict[str, Any]]:
+    """A user message no earlier request began with."""
+    return [{"role": "user", "content": f"[{i:06d}] {MESSAGES[0]['content']}"}]
+
+
+# -- the servers ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def miserver(work: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """`miserver serve` with its defaults (the README's command) plus `args`."""
+    with common.served(work, from_env().cache_dir, None, args) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def peer(path: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """`llama-server` with its defaults plus `args`."""
+    port = common.free_port()
+    command = [str(llama_server.binary()), "-m", str(path), "--host", "127.0.0.1"]
+    command += ["--port", str(port), *args]
+    with common.serving(command, f"http://127.0.0.1:{port}/v1", os.environ, "llama-server") as url:
+        yield url
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    one: dict[str, list[common.Run]]
+    ttft: dict[str, list[common.Run]]
+    eight: dict[str, list[common.Run]]
+
+
+def prompt_ids(path: Path) -> list[int]:
+    engine = load_llamacpp_engine(path, model_id=MODEL_ID)
+    try:
+        return engine.render_chat(ChatPrompt(MESSAGES))
+    finally:
+        engine.close()
+
+
+def measure(args: argparse.Namespace, work: Path) -> Results:
+    path = embedded_default()
+    window = gguf.facts(path).context_length
+    ids = prompt_ids(path)
+    binary = llama_server.binary()  # built before any timing
+    log.info("llama-server: %s", binary)
+    bare = BareLoop(path, window, usable_cores(), ids)
+    nonce = itertools.count()
+    try:
+        with (
+            miserver(work / "one") as ours,
+            peer(path) as theirs,
+            httpx.Client(timeout=600.0) as client,
+        ):
+            one: dict[str, Callable[[], common.Run]] = {
+                "bare": partial(bare.run, args.tokens),
+                "miserver": partial(chat_json, client, ours, MESSAGES, args.tokens),
+                "miserver-stream": partial(chat_stream, client, ours, MESSAGES, args.tokens),
+                "llama-server": partial(chat_json, client, theirs, MESSAGES, args.tokens),
+                "llama-server-stream": partial(chat_stream, client, theirs, MESSAGES, args.tokens),
+            }
+            runs = common.interleave(one, args.rounds)
+            firsts: dict[str, Callable[[], common.Run]] = {
+                "miserver warm": partial(ttfts, client, ours, lambda: MESSAGES),
+                "llama-server warm": partial(ttfts, client, theirs, lambda: MESSAGES),
+                "miserver cold": partial(ttfts, client, ours, lambda: cold(next(nonce))),
+                "llama-server cold": partial(ttfts, client, theirs, lambda: cold(next(nonce))),
+            }
+            ttft_runs = common.interleave(firsts, args.rounds)
+    finally:
+        bare.close()
+    many = ["--parallel", str(args.parallel)]
+    with (
+        miserver(work / "eight", many) as ours,
+        peer(path, ["-np", str(args.parallel)]) as theirs,
+        httpx.Client(timeout=600.0) as client,
+        ThreadPoolExecutor(max_workers=args.parallel) as pool,
+    ):
+        eight = {
+            f"miserver C={args.parallel}": partial(
+                clients, pool, client, ours, args.tokens, args.parallel
+            ),
+            f"llama-server C={args.parallel}": partial(
+                clients, pool, client, theirs, args.tokens, args.parallel
+            ),
+        }
+        eight_runs = common.interleave(eight, args.rounds)
+    return Results(runs, ttft_runs, eight_runs)
+
+
+# -- tables -----------------------------------------------------------------------------
+
+
+def _ttft(runs: Sequence[common.Run]) -> float:
+    return statistics.median(r.ttft for r in runs)  # type: ignore[attr-defined]
+
+
+def paired(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> float:
+    """The median over rounds of `path`'s rate / `against`'s in the same round: rounds are
+    interleaved, so a slow spell of the machine hits both sides of each ratio alike."""
+    pairs = zip(runs[path], runs[against], strict=True)
+    return statistics.median(a.rate / b.rate for a, b in pairs)
+
+
+def paired_ttft(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> float:
+    pairs = zip(runs[path], runs[against], strict=True)
+    return statistics.median(a.ttft / b.ttft for a, b in pairs)  # type: ignore[attr-defined]
+
+
+def goal_row(name: str, value: float, goal: float, at_most: bool = False) -> str:
+    met = value <= goal if at_most else value >= goal
+    sign = "<=" if at_most else ">="
+    return f"| {name} | {value:.3f}{'' if met else ' (below)'} | {sign} {goal} |"
+
+
+def report(results: Results, args: argparse.Namespace) -> str:
+    one, ttft, eight = results.one, results.ttft, results.eight
+    c = args.parallel
+    many, theirs = f"miserver C={c}", f"llama-server C={c}"
+
+    def ms(runs: Sequence[common.Run]) -> str:
+        return f"{_ttft(runs) * 1000:.1f}"
+
+    lines = [
+        f"llama-cpp-python {llama_cpp.__version__}, llama-server {llama_server.VERSION}, "
+        f"{os.cpu_count()} CPUs ({usable_cores()} usable cores), {args.rounds} rounds of "
+        f"{args.tokens} greedy tokens",
+        "",
+        "One client:",
+        "",
+        common.table(one, args.tokens, base="bare"),
+        f"| TTFT (ms, median of rounds of {TTFT_REQUESTS}) | miserver | llama-server |",
+        "|---|---:|---:|",
+        f"| warm prompt | {ms(ttft['miserver warm'])} | {ms(ttft['llama-server warm'])} |",
+        f"| cold prompt | {ms(ttft['miserver cold'])} | {ms(ttft['llama-server cold'])} |",
+        "",
+        f"{c} clients (`--parallel {c}` against `-np {c}`):",
+        "",
+        common.table(eight, args.tokens * c, base=theirs),
+        "Goals, each the median over rounds of the ratio within a round:",
+        "",
+        "| goal | value | target |",
+        "|---|---:|---:|",
+        goal_row("miserver / llama-server, JSON", paired(one, "miserver", "llama-server"), 1.0),
+        goal_row(
+            "miserver / llama-server, stream",
+            paired(one, "miserver-stream", "llama-server-stream"),
+            1.0,
+        ),
+        goal_row(
+            "TTFT miserver / llama-server, warm",
+            paired_ttft(ttft, "miserver warm", "llama-server warm"),
+            1.1,
+            at_most=True,
+        ),
+        goal_row(
+            "TTFT miserver / llama-server, cold",
+            paired_ttft(ttft, "miserver cold", "llama-server cold"),
+            1.1,
+            at_most=True,
+        ),
+        goal_row(f"C={c} miserver / llama-server", paired(eight, many, theirs), 1.0),
+        goal_row("miserver / bare, JSON", paired(one, "miserver", "bare"), 0.95),
+        goal_row("miserver / bare, stream", paired(one, "miserver-stream", "bare"), 0.95),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--parallel", type=int, default=8)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="miserver-peer-") as work:
+        results = measure(args, Path(work))
+    sys.stdout.write(report(results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
