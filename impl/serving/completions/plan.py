@@ -216,7 +216,10 @@ async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
         plan.prompt_ids.append(ids)
         plan.budgets.append(budget(plan.request, engine, ids, plan.defaults))
     if _may_reason(plan):
-        plan.reasoning = await manager.tokenize(partial(reasoning_plan, engine, plan.prompt_ids))
+        short = sum(map(len, plan.prompt_ids)) <= INLINE_CHARS
+        plan.reasoning = await manager.tokenize(
+            partial(reasoning_plan, engine, plan.prompt_ids), inline=short
+        )
     if plan.output is not None:
         await _compile(plan.output, engine, manager)
     while plan.tools is not None and plan.tools.constraint is not None:
