@@ -61,6 +61,7 @@ class ChoiceJob:
     keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
     cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token
     meter: Meter | None = None  # token and done events (GET /api/events)
+    whole: bool = False  # the text goes out in one delta just before the end, not per token
 
 
 def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
@@ -109,8 +110,22 @@ class ChoiceText:
         self._job = job
         self._cancel = cancel
         self._emit = emit
+        self._held: list[str] = []  # a whole reply's text so far
         self.count = 0
         self.cached = 0
+
+    def _out(self, text: str) -> None:
+        if self._job.whole:
+            self._held.append(text)
+        else:
+            self._emit(TextDelta(text))
+
+    def _end(self, reason: str) -> ChoiceEnd:
+        """The end event, after a whole reply's text."""
+        if self._held:
+            self._emit(TextDelta("".join(self._held)))
+            self._held.clear()
+        return ChoiceEnd(reason, self.count, self.cached)
 
     def push(self, token: Token, elapsed: float) -> ChoiceEnd | None:
         """Take one token (`elapsed`: seconds its step took); the end, if it ends here."""
@@ -122,13 +137,13 @@ class ChoiceText:
             return self.finish("stop")
         text, matched = self._stopper.push(self._detok.push(token.token_id))
         if text:
-            self._emit(TextDelta(text))
+            self._out(text)
         if matched:
-            return ChoiceEnd("stop", self.count, self.cached)
+            return self._end("stop")
         if self._cancel.is_set() or (job.cancelled is not None and job.cancelled.is_set()):
-            return ChoiceEnd("cancelled", self.count, self.cached)
+            return self._end("cancelled")
         if job.halted is not None and job.halted.is_set():
-            return ChoiceEnd("halted", self.count, self.cached)
+            return self._end("halted")
         return None
 
     def finish(self, reason: str) -> ChoiceEnd:
@@ -137,8 +152,8 @@ class ChoiceText:
         text, matched = self._stopper.push(self._detok.flush())
         tail = text if matched else text + self._stopper.flush()
         if tail:
-            self._emit(TextDelta(tail))
-        return ChoiceEnd("stop" if matched else reason, self.count, self.cached)
+            self._out(tail)
+        return self._end("stop" if matched else reason)
 
 
 def _generate(

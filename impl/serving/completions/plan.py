@@ -301,4 +301,5 @@ def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, *, meter: Meter | N
         keep_special=plan.tools is not None or plan.reasoning is not None,
         cancelled=ticket.cancel,
         meter=meter,
+        whole=not r.stream,  # a JSON reply is read whole: no wake-up of the loop per token
     )
