@@ -73,8 +73,8 @@ def bare_engine(path: Path, window: int, threads: int | None, rows: int) -> Iter
         llama.close()
 
 
-def _put(bare: Bare, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
-    batch = bare.batch
+def put(batch: llama_cpp.llama_batch, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+    """Token `i` of `batch`: `token` at `pos` of sequence `seq`, its logits kept if `logits`."""
     batch.token[i] = token
     batch.pos[i] = pos
     batch.n_seq_id[i] = 1
@@ -98,7 +98,7 @@ def _prefill(bare: Bare, seq: int, ids: Sequence[int]) -> int:
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
         for j, token in enumerate(chunk):
-            _put(bare, j, token, start + j, seq, start + j == len(ids) - 1)
+            put(bare.batch, j, token, start + j, seq, start + j == len(ids) - 1)
         _decode(bare, len(chunk))
     return _pick(bare, (len(ids) - 1) % BATCH)
 
@@ -111,7 +111,7 @@ def bare_rows(bare: Bare, prompts: Sequence[Sequence[int]], tokens: int) -> Batc
     prefilled = time.perf_counter()
     for step in range(tokens):
         for seq, ids in enumerate(prompts):
-            _put(bare, seq, made[seq][-1], len(ids) + step, seq, True)
+            put(bare.batch, seq, made[seq][-1], len(ids) + step, seq, True)
         _decode(bare, len(prompts))
         for seq, row in enumerate(made):
             row.append(_pick(bare, seq))

@@ -41,6 +41,7 @@ class Run:
     tokens: int
     seconds: float
     text: str
+    ttft: float = 0.0  # a stream's seconds to its first content (0: not streamed)
 
     @property
     def rate(self) -> float:
@@ -165,11 +166,17 @@ def server_stream(
     *,
     model: str,
     messages: Sequence[Mapping[str, Any]],
+    include_usage: bool = False,
 ) -> Run:
+    """`include_usage` asks for the usage chunk (`stream_options`), which a server other
+    than miserver may only send when asked."""
     parts: list[str] = []
     completion = 0
+    ttft = 0.0
     started = time.perf_counter()
     body = chat_body(model, messages, tokens, stream=True)
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
     with client.stream("POST", f"{base_url}/chat/completions", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -177,11 +184,14 @@ def server_stream(
                 continue
             chunk = json.loads(line[6:])
             for choice in chunk.get("choices", []):
-                parts.append(choice["delta"].get("content") or "")
+                content = choice["delta"].get("content") or ""
+                if content and not ttft:
+                    ttft = time.perf_counter() - started
+                parts.append(content)
             if chunk.get("usage"):
                 completion = chunk["usage"]["completion_tokens"]
     seconds = time.perf_counter() - started
-    return Run(completion, seconds, "".join(parts))
+    return Run(completion, seconds, "".join(parts), ttft)
 
 
 # -- rounds and tables -------------------------------------------------------------

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import logging
 import os
 import statistics
@@ -76,9 +75,11 @@ from miserver.settings import from_env
 
 try:
     from tools.bench import common, llama_server
+    from tools.bench.bare_batch import put
 except ModuleNotFoundError:  # run as a script: python tools/bench/peer.py
     import common  # type: ignore[no-redef]
     import llama_server  # type: ignore[no-redef]
+    from bare_batch import put  # type: ignore[no-redef]
 
 log = logging.getLogger("bench.peer")
 
@@ -97,13 +98,6 @@ TOPICS = [
 TTFT_TOKENS = 2
 TTFT_REQUESTS = 10  # per path and round
 BATCH = 512
-
-
-@dataclass(frozen=True, slots=True)
-class Streamed(common.Run):
-    """A run with its time to first content (0 when not streamed)."""
-
-    ttft: float = 0.0
 
 
 # -- the bare loop --------------------------------------------------------------------
@@ -133,14 +127,6 @@ class BareLoop:
         self.prompt = list(prompt_ids)
         self.cached = 0  # prompt tokens the KV holds
 
-    def _put(self, i: int, token: int, pos: int, logits: bool) -> None:
-        batch = self.batch
-        batch.token[i] = token
-        batch.pos[i] = pos
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = 0
-        batch.logits[i] = logits
-
     def _decode(self, n: int) -> None:
         self.batch.n_tokens = n
         if llama_cpp.llama_decode(self.ctx, self.batch) != 0:
@@ -153,7 +139,7 @@ class BareLoop:
         for start in range(keep, len(self.prompt), BATCH):
             chunk = self.prompt[start : start + BATCH]
             for j, token in enumerate(chunk):
-                self._put(j, token, start + j, start + j == len(self.prompt) - 1)
+                put(self.batch, j, token, start + j, 0, start + j == len(self.prompt) - 1)
             self._decode(len(chunk))
         self.cached = len(self.prompt)
         sample, is_eog = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog
@@ -164,7 +150,7 @@ class BareLoop:
             made.append(token)
             if is_eog(self.vocab, token) or len(made) == tokens:
                 break
-            self._put(0, token, pos, True)
+            put(self.batch, 0, token, pos, 0, True)
             self._decode(1)
             pos += 1
             token = sample(self.sampler, self.ctx, -1)
@@ -181,14 +167,7 @@ class BareLoop:
 # -- requests to either server ----------------------------------------------------------
 
 
-def body(messages: Sequence[Mapping[str, Any]], tokens: int, stream: bool) -> dict[str, Any]:
-    found = common.chat_body(MODEL_ID, messages, tokens, stream)
-    if stream:
-        found["stream_options"] = {"include_usage": True}
-    return found
-
-
-def retried(request: Callable[[], Streamed]) -> Streamed:
+def retried(request: Callable[[], common.Run]) -> common.Run:
     """`request`, once more when the server had closed the kept-alive connection first
     (cpp-httplib, under llama-server, closes one after a few requests); the retry is timed
     afresh."""
@@ -198,54 +177,22 @@ def retried(request: Callable[[], Streamed]) -> Streamed:
         return request()
 
 
-def chat_json(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
-    return retried(partial(_chat_json, client, url, messages, tokens))
+def chat_json(client: httpx.Client, url: str, messages: Any, tokens: int) -> common.Run:
+    request = partial(common.server_json, model=MODEL_ID, messages=messages)
+    return retried(partial(request, client, url, tokens))
 
 
-def chat_stream(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
-    return retried(partial(_chat_stream, client, url, messages, tokens))
+def chat_stream(client: httpx.Client, url: str, messages: Any, tokens: int) -> common.Run:
+    request = partial(common.server_stream, model=MODEL_ID, messages=messages, include_usage=True)
+    return retried(partial(request, client, url, tokens))
 
 
-def _chat_json(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
-    started = time.perf_counter()
-    response = client.post(f"{url}/chat/completions", json=body(messages, tokens, False))
-    seconds = time.perf_counter() - started
-    response.raise_for_status()
-    out = response.json()
-    text = out["choices"][0]["message"]["content"]
-    return Streamed(out["usage"]["completion_tokens"], seconds, text)
-
-
-def _chat_stream(client: httpx.Client, url: str, messages: Any, tokens: int) -> Streamed:
-    parts: list[str] = []
-    completion = 0
-    ttft = 0.0
-    started = time.perf_counter()
-    with client.stream(
-        "POST", f"{url}/chat/completions", json=body(messages, tokens, True)
-    ) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", []):
-                content = choice["delta"].get("content") or ""
-                if content and not ttft:
-                    ttft = time.perf_counter() - started
-                parts.append(content)
-            if chunk.get("usage"):
-                completion = chunk["usage"]["completion_tokens"]
-    seconds = time.perf_counter() - started
-    return Streamed(completion, seconds, "".join(parts), ttft)
-
-
-def ttfts(client: httpx.Client, url: str, messages: Callable[[], Any]) -> Streamed:
+def ttfts(client: httpx.Client, url: str, messages: Callable[[], Any]) -> common.Run:
     """`TTFT_REQUESTS` streamed chats of `TTFT_TOKENS` tokens; the median time to first
     content (as `ttft`), tokens and seconds summed."""
     runs = [chat_stream(client, url, messages(), TTFT_TOKENS) for _ in range(TTFT_REQUESTS)]
     ttft = statistics.median(r.ttft for r in runs)
-    return Streamed(sum(r.tokens for r in runs), sum(r.seconds for r in runs), "", ttft)
+    return common.Run(sum(r.tokens for r in runs), sum(r.seconds for r in runs), "", ttft)
 
 
 def clients(
@@ -360,7 +307,7 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
 
 
 def _ttft(runs: Sequence[common.Run]) -> float:
-    return statistics.median(r.ttft for r in runs)  # type: ignore[attr-defined]
+    return statistics.median(r.ttft for r in runs)
 
 
 def paired(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> float:
@@ -372,7 +319,7 @@ def paired(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) ->
 
 def paired_ttft(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> float:
     pairs = zip(runs[path], runs[against], strict=True)
-    return statistics.median(a.ttft / b.ttft for a, b in pairs)  # type: ignore[attr-defined]
+    return statistics.median(a.ttft / b.ttft for a, b in pairs)
 
 
 def goal_row(name: str, value: float, goal: float, at_most: bool = False) -> str:

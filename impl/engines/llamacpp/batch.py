@@ -45,6 +45,7 @@ from llama_cpp import _internals
 from ..base import SamplingParams, Token
 from ..grammar import Guide
 from ..rows import prompt_row
+from .batches import fill, put
 from .sampling import Penalties, is_no_op_penalty, sampler_chain
 
 
@@ -135,7 +136,7 @@ class Rows:
             token = row.last.token_id
             if row.penalties is not None:
                 row.penalties.add(token)
-            self._put(i, token, len(row.held), row.seq, True)
+            put(batch, i, token, len(row.held), row.seq, True)
             row.held.append(token)
         batch.n_tokens = len(rows)
         self._decode()
@@ -235,21 +236,9 @@ class Rows:
     def _prefill(self, seq: int, ids: list[int], kept: int) -> int:
         """Run `ids[kept:]` on `seq` in chunks of n_batch; the batch index of the last."""
         for start in range(kept, len(ids), self._n_batch):
-            chunk = ids[start : start + self._n_batch]
-            for j, token in enumerate(chunk):
-                last = start + j == len(ids) - 1
-                self._put(j, token, start + j, seq, last)
-            self._batch.n_tokens = len(chunk)
+            fill(self._batch, ids[start : start + self._n_batch], start, seq, len(ids) - 1)
             self._decode()
         return (len(ids) - kept - 1) % self._n_batch
-
-    def _put(self, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
-        batch = self._batch
-        batch.token[i] = token
-        batch.pos[i] = pos
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq
-        batch.logits[i] = logits
 
     def _decode(self) -> None:
         status = llama_cpp.llama_decode(self._ctx, self._batch)

@@ -38,6 +38,7 @@ from llama_cpp import _internals
 
 from ..base import Token
 from ..grammar import Guide
+from .batches import fill
 from .sampling import Penalties, last_logits
 
 
@@ -54,10 +55,7 @@ class Context:
         self._n_batch = int(llama.n_batch)
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._one = llama_cpp.llama_batch_init(1, 0, 1)  # the decode step's batch
-        self._one.n_tokens = 1
-        self._one.n_seq_id[0] = 1
-        self._one.seq_id[0][0] = 0
-        self._one.logits[0] = True
+        fill(self._one, [0], 0, 0, 0)  # a step rewrites only its token and position
         self._one_token, self._one_pos = self._one.token, self._one.pos  # ctypes pointers
 
     @property
@@ -102,20 +100,9 @@ class Context:
         logits for the last one only. Whatever the cache holds past `start` goes first."""
         llama, batch = self.llama, self._batch
         llama._ctx.kv_cache_seq_rm(-1, start, -1)
-        token, pos, seq, n_seq, logits = (
-            batch.token,
-            batch.pos,
-            batch.seq_id,
-            batch.n_seq_id,
-            batch.logits,
-        )
         for first in range(start, len(ids), self._n_batch):
             chunk = ids[first : first + self._n_batch]
-            for j, token_id in enumerate(chunk):
-                token[j], pos[j], n_seq[j], logits[j] = token_id, first + j, 1, False
-                seq[j][0] = 0
-            logits[len(chunk) - 1] = first + len(chunk) == len(ids)
-            batch.n_tokens = len(chunk)
+            fill(batch, chunk, first, 0, len(ids) - 1)
             status = llama_cpp.llama_decode(self._ctx, batch)
             if status != 0:
                 self._failed(first, status)
