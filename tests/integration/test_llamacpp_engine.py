@@ -14,6 +14,7 @@ import llama_cpp
 import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
+from llama_cpp import _internals
 
 from miserver.engines import gguf
 from miserver.engines.base import (
@@ -28,7 +29,7 @@ from miserver.engines.base import (
 )
 from miserver.engines.llamacpp import CAPABILITIES, LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.llamacpp import chat as llama_chat
-from miserver.engines.llamacpp.sampling import Penalties
+from miserver.engines.llamacpp.sampling import Greedy, Logits, Penalties
 from miserver.engines.transformers.grammar import Grammars
 from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
@@ -352,6 +353,29 @@ def test_greedy_matches_bare_llama(engine: LlamaCppEngine, bare: llama_cpp.Llama
     assert len(ours) == 32
     assert engine.decode(ours) == reference["choices"][0]["text"]
     assert list(bare.input_ids[len(ids) : bare.n_tokens]) == ours[:-1]
+
+
+def test_greedy_argmax_picks_what_llama_cpps_greedy_sampler_picks(
+    bare: llama_cpp.Llama,
+) -> None:
+    """OAI-CHAT-07: `Greedy` (an argmax over the logits in place) picks llama.cpp's greedy
+    sampler's token on real logits, and on a tie the first of the highest, as it does."""
+    reference = _internals.LlamaSampler()  # type: ignore[no-untyped-call]
+    reference.add_greedy()  # type: ignore[no-untyped-call]
+    ctx, logits = bare.ctx, Logits(bare.ctx, bare.n_vocab())
+    try:
+        for text in (b"The capital of France is", b"1, 2, 3,", b"def main("):
+            bare.reset()
+            bare.eval(bare.tokenize(text))
+            theirs = int(llama_cpp.llama_sampler_sample(reference.sampler, ctx, -1))
+            assert Greedy().pick(logits, -1) == theirs
+            row = logits.row(-1)
+            top = float(row.max()) + 1.0
+            row[[4000, 17, 30000]] = top  # three tie for the highest
+            assert int(llama_cpp.llama_sampler_sample(reference.sampler, ctx, -1)) == 17
+            assert Greedy().pick(logits, -1) == 17
+    finally:
+        reference.close()  # type: ignore[no-untyped-call]
 
 
 def test_max_tokens_and_end_of_generation(engine: LlamaCppEngine) -> None:

@@ -3,18 +3,22 @@
 `bare_engine` loads the model with a second context of `rows` sequences
 (each its own KV stream, a share of the window, `kv_unified` off, as `serve
 --parallel` makes it); `bare_rows` prefills k prompts on sequences 0..k-1 and
-takes greedy steps of all rows, one `llama_decode` each, ignoring EOS.
+takes greedy steps of all rows, one `llama_decode` each, ignoring EOS. The
+greedy pick is an argmax over the logits row where llama.cpp left it (`Greedy`):
+llama.cpp's greedy sampler picks the same token but copies the row first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 from llama_cpp import _internals
 
 from miserver.engines.cores import usable_cores
@@ -38,12 +42,12 @@ class Batched(Run):
 
 @dataclass(slots=True)
 class Bare:
-    """A context of many sequences over a loaded model, a batch, and a greedy pick."""
+    """A context of many sequences over a loaded model and a batch."""
 
     llama: llama_cpp.Llama
     context: _internals.LlamaContext
     batch: llama_cpp.llama_batch
-    greedy: _internals.LlamaSampler
+    greedy: Greedy
 
 
 @contextlib.contextmanager
@@ -61,14 +65,12 @@ def bare_engine(path: Path, window: int, threads: int | None, rows: int) -> Iter
     params.n_ctx = window  # split among the rows, as `serve --parallel` splits it
     params.kv_unified = False
     context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
-    greedy = _internals.LlamaSampler()
-    greedy.add_greedy()
-    bare = Bare(llama, context, llama_cpp.llama_batch_init(BATCH, 0, 1), greedy)
+    batch = llama_cpp.llama_batch_init(BATCH, 0, 1)
+    bare = Bare(llama, context, batch, Greedy(context.ctx, llama.n_vocab()))
     try:
         yield bare
     finally:
         llama_cpp.llama_batch_free(bare.batch)
-        greedy.close()  # type: ignore[no-untyped-call]
         context.close()  # type: ignore[no-untyped-call]
         llama.close()
 
@@ -89,8 +91,27 @@ def _decode(bare: Bare, n_tokens: int) -> None:
         raise RuntimeError(f"llama_decode failed ({status})")
 
 
+class Greedy:
+    """The first of the highest logits of a batch row, read in place. A row's numpy view is
+    made once per address (making one costs more than the argmax)."""
+
+    def __init__(self, ctx: llama_cpp.llama_context_p, n_vocab: int) -> None:
+        self.ctx = ctx
+        self._row_type = ctypes.c_float * n_vocab
+        self._views: dict[int, np.ndarray] = {}
+
+    def __call__(self, index: int) -> int:
+        pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
+        address = ctypes.cast(pointer, ctypes.c_void_p).value or 0
+        view = self._views.get(address)
+        if view is None:
+            view = np.frombuffer(memoryview(self._row_type.from_address(address)), np.float32)
+            self._views[address] = view
+        return int(view.argmax())
+
+
 def _pick(bare: Bare, index: int) -> int:
-    return int(llama_cpp.llama_sampler_sample(bare.greedy.sampler, bare.context.ctx, index))
+    return bare.greedy(index)
 
 
 def _prefill(bare: Bare, seq: int, ids: Sequence[int]) -> int:

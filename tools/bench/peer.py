@@ -9,8 +9,9 @@ with each side's own defaults: neither is given a thread count.
 One client (rounds interleaved, `common.interleave`, after a warm-up):
 
 - `bare`: the low-level loop, in this process: llama-cpp-python's `llama_decode`
-  on a `llama_batch` of one token, the greedy pick by llama.cpp's sampler
-  reading the logits in place, no copy of a logits row, no `Llama.eval`, no
+  on a `llama_batch` of one token, the greedy pick an argmax over the
+  logits where llama.cpp left them (its greedy sampler picks the same token
+  but copies the row first), no copy of a logits row, no `Llama.eval`, no
   `create_completion`. Same file, the file's trained window, flash attention
   on, one thread per usable physical core (miserver's defaults,
   `impl/engines/cores.py`). It
@@ -75,11 +76,11 @@ from miserver.settings import from_env
 
 try:
     from tools.bench import common, llama_server
-    from tools.bench.bare_batch import put
+    from tools.bench.bare_batch import Greedy, put
 except ModuleNotFoundError:  # run as a script: python tools/bench/peer.py
     import common  # type: ignore[no-redef]
     import llama_server  # type: ignore[no-redef]
-    from bare_batch import put  # type: ignore[no-redef]
+    from bare_batch import Greedy, put  # type: ignore[no-redef]
 
 log = logging.getLogger("bench.peer")
 
@@ -104,7 +105,7 @@ BATCH = 512
 
 
 class BareLoop:
-    """llama.cpp's decode loop with nothing around it: one batch, one greedy sampler."""
+    """llama.cpp's decode loop with nothing around it: one batch, a greedy argmax in place."""
 
     def __init__(self, path: Path, window: int, threads: int, prompt_ids: Sequence[int]):
         self.llama = llama_cpp.Llama(
@@ -120,10 +121,7 @@ class BareLoop:
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
         self.batch = llama_cpp.llama_batch_init(BATCH, 0, 1)
-        self.sampler = llama_cpp.llama_sampler_chain_init(
-            llama_cpp.llama_sampler_chain_default_params()
-        )
-        llama_cpp.llama_sampler_chain_add(self.sampler, llama_cpp.llama_sampler_init_greedy())
+        self.greedy = Greedy(self.ctx, self.llama.n_vocab())
         self.prompt = list(prompt_ids)
         self.cached = 0  # prompt tokens the KV holds
 
@@ -142,10 +140,10 @@ class BareLoop:
                 put(self.batch, j, token, start + j, 0, start + j == len(self.prompt) - 1)
             self._decode(len(chunk))
         self.cached = len(self.prompt)
-        sample, is_eog = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog
+        is_eog, greedy = llama_cpp.llama_vocab_is_eog, self.greedy
         made: list[int] = []
         pos = len(self.prompt)
-        token = sample(self.sampler, self.ctx, -1)
+        token = greedy(-1)
         while True:
             made.append(token)
             if is_eog(self.vocab, token) or len(made) == tokens:
@@ -153,14 +151,13 @@ class BareLoop:
             put(self.batch, 0, token, pos, 0, True)
             self._decode(1)
             pos += 1
-            token = sample(self.sampler, self.ctx, -1)
+            token = greedy(-1)
         seconds = time.perf_counter() - started
         text = self.llama.detokenize(made).decode("utf-8", errors="replace")
         return common.Run(len(made), seconds, text)
 
     def close(self) -> None:
         llama_cpp.llama_batch_free(self.batch)
-        llama_cpp.llama_sampler_free(self.sampler)
         self.llama.close()
 
 

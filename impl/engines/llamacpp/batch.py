@@ -11,9 +11,10 @@ sequence:
   prefix with the prompt is taken, and that prefix is not run again
   (LOC-CHAT-43, per slot); otherwise the least recently used one.
 - `step` feeds every row's newest token in one batch and picks each row's
-  next token from its own logits row: its own sampler chain (temperature,
-  top_k, top_p, seed), its own penalties and grammar mask, in that order, as
-  the serial path (`context.Context.pick`) does.
+  next token from its own logits row: its own penalties and grammar mask,
+  then its own sampler (sampling.py: greedy, or a chain with its
+  temperature, top_k, top_p and seed), as the serial path
+  (`context.Context.pick`) does.
 - `leave` frees the row's sequence; its KV stays for the next row that shares
   its prefix.
 
@@ -33,7 +34,6 @@ Everything runs in the engine's one worker thread; nothing here is locked.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,7 +46,7 @@ from ..base import SamplingParams, Token
 from ..grammar import Guide
 from ..rows import prompt_row
 from .batches import fill, put
-from .sampling import Penalties, is_no_op_penalty, sampler_chain
+from .sampling import Logits, Penalties, Sampler, is_no_op_penalty, sampler
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -57,7 +57,7 @@ class Row:
     held: list[int]  # the ids its KV holds, in order
     last: Token  # the newest token picked, not yet fed
     budget: int  # tokens it may generate: max_tokens, cut to what the window leaves
-    chain: _internals.LlamaSampler
+    sampler: Sampler
     penalties: Penalties | None = None
     guide: Guide | None = None
     cached: int = 0  # prompt tokens its sequence already held
@@ -86,7 +86,7 @@ class Rows:
         self._ctx = self._context.ctx
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
-        self._n_vocab = int(llama.n_vocab())
+        self._logits = Logits(self._ctx, int(llama.n_vocab()))
         self._n_batch = int(params.n_batch)
         self._batch = llama_cpp.llama_batch_init(max(self._n_batch, capacity), 0, 1)
         self._sequences = [_Sequence() for _ in range(capacity)]
@@ -118,7 +118,7 @@ class Rows:
             held=ids,
             last=Token(token_id=-1, eos=False),
             budget=min(params.max_tokens, self.window - len(ids)),
-            chain=sampler_chain(params, seed),
+            sampler=sampler(params, seed),
             penalties=penalties,
             guide=guide,
             cached=kept,
@@ -148,7 +148,7 @@ class Rows:
         if not row.open:
             return
         row.open = False
-        row.chain.close()  # type: ignore[no-untyped-call]
+        row.sampler.close()
         sequence = self._sequences[row.seq]
         sequence.held, sequence.row = row.held, None
         busy = self._busy()
@@ -247,16 +247,14 @@ class Rows:
 
     def _pick(self, row: Row, index: int) -> Token:
         """Row's next token from the logits at batch `index`: penalties, then the guide's
-        mask, are written into the row the chain reads."""
+        mask, are written into the row the sampler reads."""
         if row.penalties is not None or row.guide is not None:
-            pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
-            logits = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float))
-            view = np.ctypeslib.as_array(logits, shape=(self._n_vocab,))
+            view = self._logits.row(index)
             if row.penalties is not None:
                 row.penalties.apply(view)
             if row.guide is not None:
                 row.guide.mask_row(view)
-        token_id = int(llama_cpp.llama_sampler_sample(row.chain.sampler, self._ctx, index))
+        token_id = row.sampler.pick(self._logits, index)
         if row.guide is not None:
             row.guide.advance(token_id)
         return Token(

@@ -14,7 +14,8 @@ API directly: a prefill in chunks of n_batch with logits for the last token
 only, and each generated token through a one-token `llama_batch` made once,
 so a decode step writes two numbers into it, calls `llama_decode` and
 records the id (`Llama.eval` would also trim the cache and refill the whole
-batch, every step). The logits stay in llama.cpp's buffer: the sampler chain
+batch, every step). The logits stay in llama.cpp's buffer: the sampler
+(sampling.py: an argmax in place at temperature 0, else llama.cpp's chain)
 reads them there, as penalties and grammar masks write them (`pick`).
 A generator owns the context between its steps; when another generator has
 used it meanwhile (generators interleaved), the next step re-holds its own
@@ -34,12 +35,11 @@ from typing import NoReturn
 
 import llama_cpp
 import numpy as np
-from llama_cpp import _internals
 
 from ..base import Token
 from ..grammar import Guide
 from .batches import fill
-from .sampling import Penalties, last_logits
+from .sampling import Logits, Penalties, Sampler
 
 
 class Context:
@@ -53,6 +53,7 @@ class Context:
         self._closed = False
         self._ctx = llama.ctx
         self._n_batch = int(llama.n_batch)
+        self._logits = Logits(self._ctx, int(llama.n_vocab()))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._one = llama_cpp.llama_batch_init(1, 0, 1)  # the decode step's batch
         fill(self._one, [0], 0, 0, 0)  # a step rewrites only its token and position
@@ -143,22 +144,22 @@ class Context:
 
     def pick(
         self,
-        chain: _internals.LlamaSampler,
+        sampler: Sampler,
         penalties: Penalties | None,
         guide: Guide | None = None,
     ) -> Token:
         """The next token after what the cache holds (call right after `hold`).
 
         The penalties, then the guide's mask, are written into the logits row the
-        chain reads; the guide then advances by the token picked.
+        sampler reads; the guide then advances by the token picked.
         """
         if penalties is not None or guide is not None:
-            row = last_logits(self.llama.ctx, int(self.llama.n_vocab()))
+            row = self._logits.row(-1)
             if penalties is not None:
                 penalties.apply(row)
             if guide is not None:
                 guide.mask_row(row)
-        token_id = int(llama_cpp.llama_sampler_sample(chain.sampler, self.llama.ctx, -1))
+        token_id = sampler.pick(self._logits, -1)
         if guide is not None:
             guide.advance(token_id)
         return Token(token_id=token_id, eos=self.is_eog(token_id))

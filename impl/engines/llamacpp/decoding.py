@@ -22,7 +22,7 @@ from collections.abc import Generator, Sequence
 from ..base import Prefilled, SamplingParams, Token
 from ..grammar import Guide
 from .context import Context
-from .sampling import Penalties, is_no_op_penalty, sampler_chain
+from .sampling import Penalties, is_no_op_penalty, sampler
 
 
 def decode(
@@ -44,13 +44,13 @@ def decode(
         raise ValueError(f"the prompt holds {len(sequence)} tokens; the window is {window}")
     budget = min(params.max_tokens, window - len(sequence))
     penalties = _penalties(params)
-    chain = sampler_chain(params, seed)
+    picker = sampler(params, seed)
     reuse = seed is None
     me = object()
     try:
         with context.lock:  # the first token is picked with the prefill, under one lock
             cached = context.hold(sequence, me, reuse)
-            token = context.pick(chain, penalties, guide)
+            token = context.pick(picker, penalties, guide)
         yield Prefilled(cached_tokens=cached)
         for left in range(budget, 0, -1):
             yield token
@@ -61,9 +61,9 @@ def decode(
                 penalties.add(token.token_id)
             with context.lock:
                 context.hold(sequence, me, reuse)
-                token = context.pick(chain, penalties, guide)
+                token = context.pick(picker, penalties, guide)
     finally:
-        chain.close()  # type: ignore[no-untyped-call]
+        picker.close()
 
 
 def check_ids(token_ids: Sequence[int], n_vocab: int) -> None:

@@ -2,8 +2,12 @@
 
 The chain holds only what the request asks for, so none of llama.cpp's
 defaults (top_k 40, min_p 0.05, repeat_penalty 1.1 in some front ends)
-alters sampling: `greedy` at temperature 0, else `top_k` (when the config's
-`top-k` is above 0), `temp`, then `top_p` (when below 1), then `dist`.
+alters sampling: at temperature 0 the first of the highest logits (`Greedy`),
+else `top_k` (when the config's `top-k` is above 0), `temp`, then `top_p`
+(when below 1), then `dist` (`Chain`). `Greedy` picks the token llama.cpp's
+greedy sampler picks (the first maximum) by an argmax over the logits row in
+place: the sampler first copies the whole row into a candidate array, about
+60 us a token on SmolLM2's 49k vocabulary against under 10 (BENCHMARKS.md).
 Temperature comes before top_p, as in the transformers engine
 (`..transformers.sampling`), so both engines cut the same nucleus.
 
@@ -12,7 +16,7 @@ same multiplicative repetition penalty as the transformers engine
 (OAI-CHAT-24): a token generated `c >= 1` times in this completion (prompt
 tokens not counted) gets the factor `exp(p + f * ln(1 + c))`; its logit `l`
 becomes `l / factor` when `l > 0`, else `l * factor`. `Penalties` applies it
-in place to the context's logits row (`last_logits`) before the chain runs,
+in place to the context's logits row (`Logits`) before the pick,
 touching only the tokens generated so far; it is made only when a penalty is
 non-zero, so the plain path does no per-token work in Python.
 
@@ -35,6 +39,8 @@ from llama_cpp import _internals
 
 from ..base import SamplingParams
 
+MAX_VIEWS = 1024  # row views a context keeps (a batch of rows has one per row)
+
 
 class Seeds:
     """A seeded request's source of sampler seeds: one per choice, the same every time."""
@@ -52,20 +58,47 @@ def new_rng(seed: int | None) -> Seeds | None:
     return None if seed is None else Seeds(seed)
 
 
-def sampler_chain(params: SamplingParams, seed: int | None = None) -> _internals.LlamaSampler:
-    """llama.cpp's sampler chain for `params`: greedy, or [top_k ->] temp -> top_p -> dist
-    (`dist` seeded with `seed`, else at random)."""
-    chain = _internals.LlamaSampler()  # type: ignore[no-untyped-call]
+class Greedy:
+    """Temperature 0: the first of the highest logits, read where llama.cpp left them."""
+
+    def pick(self, logits: Logits, index: int) -> int:
+        """The token after the batch's `index`th logits row (-1: the last)."""
+        return int(logits.row(index).argmax())
+
+    def close(self) -> None:
+        """Nothing to free."""
+
+
+class Chain:
+    """llama.cpp's sampler chain: [top_k ->] temp -> top_p -> dist."""
+
+    def __init__(self, chain: _internals.LlamaSampler) -> None:
+        self._chain = chain
+
+    def pick(self, logits: Logits, index: int) -> int:
+        """The token after the batch's `index`th logits row (-1: the last)."""
+        return int(llama_cpp.llama_sampler_sample(self._chain.sampler, logits.ctx, index))
+
+    def close(self) -> None:
+        self._chain.close()  # type: ignore[no-untyped-call]
+
+
+Sampler = Greedy | Chain
+
+
+def sampler(params: SamplingParams, seed: int | None = None) -> Sampler:
+    """What picks a token for `params`: `Greedy` at temperature 0, else llama.cpp's chain
+    (its `dist` seeded with `seed`, else at random)."""
     if params.temperature == 0:
-        chain.add_greedy()  # type: ignore[no-untyped-call]
-        return chain
+        return Greedy()
+    chain = _internals.LlamaSampler()  # type: ignore[no-untyped-call]
     if params.top_k > 0:
         chain.add_top_k(params.top_k)
     chain.add_temp(params.temperature)
     if params.top_p < 1:
         chain.add_top_p(params.top_p, 1)
     chain.add_dist(llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed)
-    return chain
+    return Chain(chain)
 
 
 def is_no_op_penalty(frequency: float, presence: float) -> bool:
@@ -104,9 +137,30 @@ class Penalties:
         logits[ids] = np.where(seen > 0, seen / factors, seen * factors)
 
 
-def last_logits(ctx: Any, n_vocab: int) -> npt.NDArray[np.float32]:
-    """The last logits row of a llama.cpp context as a numpy view: the chain reads what is
-    written to it."""
-    row = llama_cpp.llama_get_logits_ith(ctx, -1)
-    pointer = ctypes.cast(row, ctypes.POINTER(ctypes.c_float))
-    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+class Logits:
+    """A llama.cpp context's logits rows, as numpy views of llama.cpp's own buffer.
+
+    A view is made once per row address and kept: making one (a ctypes array,
+    then numpy's buffer protocol) costs more than an argmax over the row.
+    A row is always looked up by the address llama.cpp gives now, so a buffer
+    llama.cpp has since reallocated is never read through an old view.
+    """
+
+    def __init__(self, ctx: Any, n_vocab: int) -> None:
+        self.ctx = ctx
+        self._row_type = ctypes.c_float * n_vocab
+        self._views: dict[int, npt.NDArray[np.float32]] = {}
+
+    def row(self, index: int) -> npt.NDArray[np.float32]:
+        """The batch's `index`th row (-1: the last): what is written to it, a pick reads."""
+        pointer = llama_cpp.llama_get_logits_ith(self.ctx, index)
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        if not address:
+            raise RuntimeError(f"llama.cpp holds no logits at batch index {index}")
+        view = self._views.get(address)
+        if view is None:
+            if len(self._views) >= MAX_VIEWS:
+                self._views.clear()
+            row = self._row_type.from_address(address)
+            view = self._views[address] = np.frombuffer(memoryview(row), dtype=np.float32)
+        return view
