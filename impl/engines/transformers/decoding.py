@@ -99,6 +99,7 @@ def decode(
     rng: torch.Generator | None,
     key: Hashable = (),
     guide: Guide | None = None,
+    reuse: bool = True,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield up to `params.max_tokens` tokens; stop after an EOS.
 
@@ -109,14 +110,15 @@ def decode(
     The cache comes from `prefix` when the generator starts and goes back to
     it when the generator finishes, also when closed: closing raises
     GeneratorExit at the pending `yield`, so no further pass runs. A seeded
-    request (`rng` given) reuses nothing.
+    request (`rng` given) reuses nothing, nor does one with `reuse` false
+    (a capture must see every prompt position run).
     """
     if not prompt_ids:
         raise ValueError("the prompt holds no tokens")
     budget = _budget(settings, len(prompt_ids), params.max_tokens)
     sampler = Sampler(params, rng, guide)
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
-    held, cached = prefix.take(prompt_ids, reuse=rng is None, key=key)
+    held, cached = prefix.take(prompt_ids, reuse=reuse and rng is None, key=key)
     try:
         pending = list(prompt_ids[cached:])
         for step in range(budget):

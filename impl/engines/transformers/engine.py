@@ -30,6 +30,7 @@ from ..chatmessages import decision_prompt, prefix_length
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding
 from .batch import Row, Rows, batchable
+from .capture import Residuals, captured
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
 from .grammar import Grammars
@@ -81,6 +82,7 @@ class TransformersEngine:
         self._prefix = PrefixCache(model.config)
         self._decisions = PrefixCache(model.config)  # the kept decide prefix (deciding.py)
         self._steering_key: Hashable = ()
+        self._capturing = 0  # captures open (capturing()): no prefix reuse meanwhile
         self._float32 = Float32Copies(float32 or Float32Settings())
         self._capabilities = capabilities
         width = int(getattr(model.config, "vocab_size", 0) or 0)
@@ -153,6 +155,7 @@ class TransformersEngine:
             rng=rng,
             key=self._steering_key,
             guide=guide,
+            reuse=self._capturing == 0,
         )
 
     def compile_constraint(self, constraint: Constraint) -> None:
@@ -223,6 +226,18 @@ class TransformersEngine:
             self._steering_key = previous
             if source.mixed():
                 self._prefix.close_kept()
+
+    @contextmanager
+    def capturing(self, layer: int, *, pre_steering: bool) -> Iterator[Residuals]:
+        """Layer `layer`'s output rows of the generations run inside the block
+        (capture.py), which reuse no kept prefix; post steering, enter it inside
+        `steered()`."""
+        with captured(self.model, layer, pre_steering=pre_steering) as residuals:
+            self._capturing += 1
+            try:
+                yield residuals
+            finally:
+                self._capturing -= 1
 
     def close(self) -> None:
         """Drop the model and the kept KV caches; a later call that needs the model fails."""

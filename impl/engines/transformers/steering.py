@@ -63,13 +63,21 @@ def _row_adder(sources: Sequence[SteeringSource | None], layer: int) -> Any:
     return hook
 
 
+def hooked_layer(model: nn.Module, layer: int) -> nn.Module:
+    """Decoder layer `layer`, where hooks steer and captures read; IndexError outside."""
+    modules = _layers(model)
+    if not 0 <= layer < len(modules):
+        raise IndexError(f"layer {layer} is outside 0..{len(modules) - 1}")
+    return modules[layer]
+
+
 def _hooked(model: nn.Module, layers: frozenset[int], make: Any) -> list[Any]:
     """Forward hooks `make(layer)` on `layers`, after checking every one exists."""
-    modules = _layers(model)
-    for layer in layers:
-        if not 0 <= layer < len(modules):
-            raise IndexError(f"layer {layer} is outside 0..{len(modules) - 1}")
-    return [modules[layer].register_forward_hook(make(layer)) for layer in sorted(layers)]
+    modules = [hooked_layer(model, layer) for layer in sorted(layers)]
+    return [
+        module.register_forward_hook(make(layer))
+        for module, layer in zip(modules, sorted(layers), strict=True)
+    ]
 
 
 @contextmanager
