@@ -303,6 +303,34 @@ class TextOffsetItem(RootModel[int]):
     root: Annotated[int, Field(ge=0)]
 
 
+class Feature(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    index: Annotated[int, Field(ge=0)]
+    value: float
+
+
+class Position(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    position: Annotated[int, Field(ge=0)]
+    token_id: Annotated[int, Field(ge=0)]
+    features: list[Feature]
+
+
+class SaeActivations(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    sae_id: str
+    layer: Annotated[int, Field(ge=0)]
+    read_point: Literal["post_steering", "pre_steering", "unsteered"]
+    positions: list[Position]
+    note: str
+
+
 class ChunkDelta(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -326,30 +354,6 @@ class ChatChunkChoice(BaseModel):
     finish_reason: Annotated[
         Literal["stop", "length", "tool_calls", "content_filter"] | None, Field(...)
     ]
-
-
-class ChatCompletionChunk(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    id: str
-    object: Literal["chat.completion.chunk"]
-    created: int
-    model: str
-    choices: list[ChatChunkChoice]
-    system_fingerprint: str | None = None
-    usage: Annotated[
-        Usage1 | None,
-        Field(
-            description="Null on every chunk but one: the last (`choices: []`) with stream_options.include_usage, else the request's last finish chunk."
-        ),
-    ] = None
-    millm_steering: Annotated[
-        str | None,
-        Field(
-            description="The X-miLLM-Steering value, on the last chunk before [DONE]."
-        ),
-    ] = None
 
 
 class Model(BaseModel):
@@ -462,6 +466,13 @@ class ChatChoice(BaseModel):
     logprobs: ChatLogprobs | None = None
 
 
+class Millm(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    sae_activations: SaeActivations | None = None
+
+
 class ChatCompletion(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -473,6 +484,32 @@ class ChatCompletion(BaseModel):
     system_fingerprint: str
     choices: list[ChatChoice]
     usage: Usage1
+    millm: Millm | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    system_fingerprint: str | None = None
+    usage: Annotated[
+        Usage1 | None,
+        Field(
+            description="Null on every chunk but one: the last (`choices: []`) with stream_options.include_usage, else the request's last finish chunk."
+        ),
+    ] = None
+    millm_steering: Annotated[
+        str | None,
+        Field(
+            description="The X-miLLM-Steering value, on the last chunk before [DONE]."
+        ),
+    ] = None
+    millm: Millm | None = None
 
 
 class CompletionChoice(BaseModel):
@@ -502,6 +539,7 @@ class Completion(BaseModel):
             description="A scoring request's precision, present only when the request sent it."
         ),
     ] = None
+    millm: Millm | None = None
 
 
 class CompletionChunk(BaseModel):
@@ -526,6 +564,7 @@ class CompletionChunk(BaseModel):
             description="The X-miLLM-Steering value, on the last chunk before [DONE]."
         ),
     ] = None
+    millm: Millm | None = None
 
 
 class ResponseFormat(BaseModel):

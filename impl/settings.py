@@ -175,6 +175,19 @@ class Settings:
         "Deepest nesting of arrays and objects a request body may have; deeper is refused "
         "with 400 before any other work.",
     )
+    sae_activations_max_top_k: int = _knob(
+        64,
+        "SAE_ACTIVATIONS_MAX_TOP_K",
+        None,
+        "Largest `return_sae_activations.top_k` a request may ask for; more is refused with 400.",
+    )
+    sae_activations_max_entries: int = _knob(
+        65536,
+        "SAE_ACTIVATIONS_MAX_ENTRIES",
+        None,
+        "Most activation entries (positions x top_k, max_tokens counted in full) one request "
+        "may ask for; more is refused with 400 before anything is generated.",
+    )
     ignored_fields_header_max_bytes: int = _knob(
         1024,
         "IGNORED_FIELDS_HEADER_MAX_BYTES",

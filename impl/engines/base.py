@@ -48,6 +48,7 @@ class Capability(StrEnum):
     EMBEDDINGS = "embeddings"
     STRUCTURED_OUTPUT = "structured_output"
     TOOLS = "tools"
+    SAE_ACTIVATIONS = "sae_activations"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,6 +403,13 @@ class Engine(Protocol):
 
         Only engines with the `steering` capability take a source with layers.
         """
+        ...
+
+    def capturing(self, layer: int, *, pre_steering: bool) -> AbstractContextManager[Any]:
+        """Decoder layer `layer`'s output rows of the generations run inside the block (an
+        object whose `rows()` gives them, [positions, width]); before this layer's steering
+        delta with `pre_steering`, else after it (enter it inside `steered()`). Only engines
+        with the `sae_activations` capability implement it."""
         ...
 
     def close(self) -> None: ...

@@ -175,3 +175,39 @@ def test_a_disconnect_leaves_no_steering_behind(api: httpx.Client, v1: httpx.Cli
     again = chat(v1)
     assert parse(again.headers["X-miLLM-Steering"]) == [NoneMember()]
     assert text_of(again) == text_of(plain)
+
+
+def test_activations_through_the_sdk(sdk: OpenAI) -> None:
+    """OAI-ACT-01/02/12/14/15 through the official client: `extra_body` asks, `millm` comes
+    back on the reply and, streamed, on one `choices: []` chunk before the steering chunk."""
+    ask = {"return_sae_activations": {"positions": "completion", "top_k": 3}}
+    messages: Any = [{"role": "user", "content": COUNTING}]
+    reply = sdk.chat.completions.create(
+        model=MODEL_ID, messages=messages, max_tokens=6, temperature=0, extra_body=ask
+    )
+    reading = (reply.model_extra or {})["millm"]["sae_activations"]
+    assert reading["sae_id"] == SAE_ID and reading["layer"] == LAYER
+    assert reply.usage is not None
+    assert len(reading["positions"]) == reply.usage.completion_tokens - 1
+    assert all(len(p["features"]) == 3 for p in reading["positions"])
+    plain = sdk.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=2)
+    assert "millm" not in (plain.model_extra or {})
+    stream = sdk.chat.completions.create(
+        model=MODEL_ID,
+        messages=messages,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        extra_body=ask,
+    )
+    chunks = [(c.model_extra or {}) for c in stream]
+    carrying = [i for i, extra in enumerate(chunks) if "millm" in extra]
+    assert len(carrying) == 1 and carrying[0] == len(chunks) - 2
+    streamed = chunks[carrying[0]]["millm"]["sae_activations"]
+    assert [p["token_id"] for p in streamed["positions"]] == [
+        p["token_id"] for p in reading["positions"]
+    ]
+    for ours, theirs in zip(streamed["positions"], reading["positions"], strict=True):
+        values = [f["value"] for f in theirs["features"]]
+        assert [f["value"] for f in ours["features"]] == pytest.approx(values, rel=1e-4)
+    assert "millm_steering" in chunks[-1]

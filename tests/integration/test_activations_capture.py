@@ -10,7 +10,7 @@ import torch
 
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from miserver.serving.activations import ActivationsAsk, read
+from miserver.serving.completions.activations import ActivationsAsk, Reading, read
 from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
@@ -103,7 +103,7 @@ def test_read_encodes_the_positions_asked_for_with_the_sae(
     rows, fed = residuals.rows(), [*ids, *out[:-1]]
     full = trained_sae.encode(rows).float()
     ask = ActivationsAsk(positions="completion", top_k=4)
-    body = read(trained_sae, "sae-x", ask, rows, fed, len(ids))
+    body = read(Reading(ask, trained_sae, "sae-x", trained_sae.layer), rows, fed, len(ids))
     assert (body["sae_id"], body["layer"], body["read_point"]) == (
         "sae-x",
         trained_sae.layer,
@@ -125,9 +125,12 @@ def test_read_encodes_the_positions_asked_for_with_the_sae(
             )
     candidates = (5, 11, 200)
     narrowed = read(
-        trained_sae,
-        "sae-x",
-        ActivationsAsk(positions=(2, 5), top_k=2, features=candidates),
+        Reading(
+            ActivationsAsk(positions=(2, 5), top_k=2, features=candidates),
+            trained_sae,
+            "sae-x",
+            trained_sae.layer,
+        ),
         rows,
         fed,
         len(ids),

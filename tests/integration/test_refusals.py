@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.conftest import JSON, MODEL_ID
+from tests.conftest import GGUF_ID, JSON, MODEL_ID
 
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -201,25 +201,27 @@ def test_completions_refuse_fields_they_cannot_honour(
     assert_nothing_loaded(bare_client)
 
 
-@pytest.mark.parametrize(
-    "field",
-    [
+def test_activations_refused_before_any_load(bare_client: TestClient) -> None:
+    """OAI-ACT-24: on a GGUF model, field_not_honoured before any load; OAI-ACT-19: on the
+    transformers model with no SAE attached, 400 naming the field, before any load."""
+    ask = {"top_k": 4}
+    body = {"model": GGUF_ID, "messages": USER, "return_sae_activations": ask}
+    error_of(
+        bare_client.post("/v1/chat/completions", json=body),
+        400,
+        "field_not_honoured",
         "return_sae_activations",
-    ],
-)
-def test_capabilities_not_landed_are_refused_not_dropped(
-    bare_client: TestClient, field: str
-) -> None:
-    """OAI-VALID-01: a field whose capability is not built yet is refused, never dropped."""
-    values: dict[str, Any] = {
-        "tools": [{"type": "function", "function": {"name": "f"}}],
-        "return_sae_activations": {"top_k": 4},
-    }
-    body = {"model": MODEL_ID, "messages": USER, field: values[field]}
-    error = error_of(
-        bare_client.post("/v1/chat/completions", json=body), 400, "field_not_honoured", field
     )
-    assert "not implemented" in error["message"]
+    assert_nothing_loaded(bare_client)
+    body = {"model": MODEL_ID, "prompt": "Hi", "return_sae_activations": ask}
+    error = error_of(
+        bare_client.post("/v1/completions", json=body),
+        400,
+        "invalid_parameter",
+        "return_sae_activations",
+    )
+    assert "no SAE is attached" in error["message"]
+    assert_nothing_loaded(bare_client)
 
 
 def test_n_with_stream_is_refused(bare_client: TestClient) -> None:

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from miserver.errors import InvalidParameter
-from miserver.serving.activations import (
+from miserver.serving.completions.activations import (
     ActivationsAsk,
+    Reading,
     check_ask,
     check_entries,
     check_sae,
@@ -175,7 +176,9 @@ def test_read_lists_the_largest_candidates_per_position() -> None:
     rows = torch.tensor(
         [[1.0, 2.0, 3.0, 4.0], [-1.0, -2.0, 0.5, 0.0], [2.0, 2.0, -3.0, 1.0]],
     )
-    body = read(sae, "tiny", ActivationsAsk(positions="all", top_k=2), rows, [7, 8, 9], 2)
+    body = read(
+        Reading(ActivationsAsk(positions="all", top_k=2), sae, "tiny", 3), rows, [7, 8, 9], 2
+    )
     assert body["sae_id"] == "tiny" and body["layer"] == 3
     assert body["read_point"] == "post_steering"
     assert "not an unsteered counterfactual" in body["note"]
@@ -184,15 +187,16 @@ def test_read_lists_the_largest_candidates_per_position() -> None:
         entry(1, 8, (5, 2.0), (4, 1.0)),
         entry(2, 9, (0, 2.0), (1, 2.0)),
     ]
+    ask = ActivationsAsk(positions=(1, 2), top_k=3, features=(2, 0), read_point="pre_steering")
     narrowed = read(
-        sae,
-        "tiny",
-        ActivationsAsk(positions=(1, 2), top_k=3, features=(2, 0), read_point="pre_steering"),
+        Reading(ask, sae, "tiny", 3),
         rows,
         [7, 8, 9],
         2,
     )
     assert narrowed["read_point"] == "pre_steering"
     assert narrowed["positions"] == [entry(1, 8, (2, 0.5), (0, 0.0))]
-    empty = read(sae, "tiny", ActivationsAsk(positions="completion"), rows[:2], [7, 8], 2)
+    empty = read(
+        Reading(ActivationsAsk(positions="completion"), sae, "tiny", 3), rows[:2], [7, 8], 2
+    )
     assert empty["positions"] == []

@@ -214,6 +214,12 @@ class LlamaCppEngine:
             raise ValueError("the llama.cpp engine cannot steer (no SAE attaches to a GGUF model)")
         yield
 
+    @contextmanager
+    def capturing(self, layer: int, *, pre_steering: bool) -> Iterator[Any]:
+        """llama.cpp exposes no layer's output here: activations are refused before load."""
+        raise NotImplementedError("the llama.cpp engine reads no activations (OAI-ACT-24)")
+        yield
+
     def close(self) -> None:
         """Free the model and its context; a later call that needs them fails."""
         if self._context is None:

@@ -54,6 +54,7 @@ CAPABILITIES = frozenset(
         Capability.EMBEDDINGS,
         Capability.STRUCTURED_OUTPUT,
         Capability.TOOLS,
+        Capability.SAE_ACTIVATIONS,
     }
 )
 # An encoder (BERT-style) only embeds.

@@ -16,8 +16,9 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 from ...engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource, Token
 from ...errors import ApiError
@@ -34,10 +35,29 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class Captured:
+    """One layer's output rows as a choice ran (`Capture`): one per position fed, with the
+    ids fed there (the prompt's, then every generated token but the last)."""
+
+    rows: Any  # [positions, width]
+    token_ids: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
 class ChoiceEnd:
     finish_reason: str
     completion_tokens: int
     cached_tokens: int = 0
+    captured: Captured | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A layer to read while a choice runs (OAI-ACT): before this layer's steering delta
+    with `pre_steering`, else after it."""
+
+    layer: int
+    pre_steering: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +82,7 @@ class ChoiceJob:
     cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token
     meter: Meter | None = None  # token and done events (GET /api/events)
     whole: bool = False  # the text goes out in one delta just before the end, not per token
+    capture: Capture | None = None  # a layer's rows to read (serial path only, OAI-ACT-25)
 
 
 def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
@@ -79,11 +100,32 @@ def run_choice(
     end: ChoiceEnd | ChoiceFailed
     try:
         with _steered(engine, job):
-            end = _generate(engine, job, cancel, emit)
+            if job.capture is None:
+                end = _generate(engine, job, cancel, emit)
+            else:
+                end = _captured(engine, job, job.capture, cancel, emit)
     except Exception as exc:  # entering or leaving the hooks failed: the engine's fault
         log.exception("steering hooks failed")
         end = ChoiceFailed(exc)
     ended(job, end, emit)
+
+
+def _captured(
+    engine: Engine,
+    job: ChoiceJob,
+    capture: Capture,
+    cancel: threading.Event,
+    emit: Callable[[Event], None],
+) -> ChoiceEnd | ChoiceFailed:
+    """`_generate` with the capture's layer read (inside the steering hooks, so a post-steering
+    read sees this layer's delta); the end carries the rows and the ids fed."""
+    ids: list[int] = []
+    with engine.capturing(capture.layer, pre_steering=capture.pre_steering) as residuals:
+        end = _generate(engine, job, cancel, emit, ids.append)
+    if isinstance(end, ChoiceFailed):
+        return end
+    fed = [*job.prompt_ids, *ids[:-1]]  # the last token picked is never fed back
+    return replace(end, captured=Captured(residuals.rows(), fed))
 
 
 def ended(job: ChoiceJob, end: ChoiceEnd | ChoiceFailed, emit: Callable[[Event], None]) -> None:
@@ -157,9 +199,14 @@ class ChoiceText:
 
 
 def _generate(
-    engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
+    engine: Engine,
+    job: ChoiceJob,
+    cancel: threading.Event,
+    emit: Callable[[Event], None],
+    picked: Callable[[int], None] | None = None,
 ) -> ChoiceEnd | ChoiceFailed:
-    """Generate one choice, emitting its deltas; returns the end event."""
+    """Generate one choice, emitting its deltas (`picked`: told each token id); returns the
+    end event."""
     text = ChoiceText(engine, job, cancel, emit)
     tokens = engine.generate(job.prompt_ids, job.params, job.rng)
     try:
@@ -168,6 +215,8 @@ def _generate(
             if isinstance(token, Prefilled):
                 text.cached = token.cached_tokens
                 continue
+            if picked is not None:
+                picked(token.token_id)
             end = text.push(token, time.perf_counter() - stepped)
             if end is not None:
                 return end

@@ -40,6 +40,7 @@ from ..prompts import Prompt, TokenPrompt
 from ..scheduler import Ticket
 from ..telemetry import Meter
 from . import shapes
+from .activations import Reading
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob
 from .requests import GenerationRequest
@@ -65,6 +66,7 @@ class Plan:
     # waits in the queue keeps the defaults it saw.
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     prepared_for: Engine | None = None  # the engine `prepare` read the prompts with
+    reading: Reading | None = None  # `return_sae_activations`, resolved (OAI-ACT)
 
     @property
     def output(self) -> OutputFormat | None:
@@ -302,4 +304,5 @@ def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, *, meter: Meter | N
         cancelled=ticket.cancel,
         meter=meter,
         whole=not r.stream,  # a JSON reply is read whole: no wake-up of the loop per token
+        capture=None if plan.reading is None else plan.reading.capture,
     )

@@ -26,6 +26,7 @@ from ..chat.thinking import KEY as THINKING_KEY
 from ..chat.thinking import ThinkAsk
 from ..chat.tools import ToolAsk, tool_ask
 from ..prompts import Prompt, TextPrompt, TokenPrompt, entries, value_of
+from .activations import ActivationsAsk
 from .scoring import ScoringAsk, scoring_ask
 
 Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
@@ -57,6 +58,7 @@ class GenerationRequest:
     top_logprobs: int | None = None  # chat's, checked against `logprobs` after the policy
     precision: str | None = None  # `scoring_precision` as sent
     as_token_ids: bool = False  # `return_tokens_as_token_ids: true`
+    activations: ActivationsAsk | None = None  # `return_sae_activations` (OAI-ACT)
     sent: frozenset[str] = frozenset()  # the declared fields sent with a value (not null)
 
     @property
@@ -124,9 +126,15 @@ def _common(
         output=output_format(_sent(req.response_format)),
         precision=req.scoring_precision,
         as_token_ids=req.return_tokens_as_token_ids is True,
+        activations=_activations(req),
         sent=frozenset(f for f in req.model_fields_set if getattr(req, f, None) is not None),
         **chat,
     )
+
+
+def _activations(req: Request) -> ActivationsAsk | None:
+    sent = _sent(req.return_sae_activations)
+    return None if sent is None else ActivationsAsk.of(sent)
 
 
 def _sent(value: Any) -> Any:

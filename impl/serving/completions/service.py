@@ -42,6 +42,7 @@ from ..results import Comment, Reply, StreamReply
 from ..scheduler import Scheduler, Slot, Ticket, claim, granted, holding
 from ..telemetry import Meter
 from . import shapes
+from .activations import Reading, check_entries, read, resolve
 from .batching import Batcher, Progress
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob, TextDelta, choice_events
@@ -98,9 +99,11 @@ class CompletionService:
             )
             if req.seed is not None:  # accepted and echoed; it changes nothing (OAI-SEED-10)
                 headers[hdr.SEED] = hdr.seed(req.seed, _seed_scope(req))
+            reading = self._reading(req, admission.entry)
             self._manager.refuse_if_busy()
-            plan = Plan(request=req, entry=admission.entry, defaults=defaults)
+            plan = Plan(request=req, entry=admission.entry, defaults=defaults, reading=reading)
             return await self._score(plan, headers, req.scoring)
+        reading = self._reading(req, admission.entry)
         echo = self._steering(req, admission.entry).echo
         if req.steering.intensity is not None and echo is not None:
             headers[hdr.STEERING_INTENSITY] = repr(float(echo))
@@ -112,7 +115,7 @@ class CompletionService:
             headers[hdr.CONSTRAINED] = req.output.header()
         used = without_unused(req, [*admission.ignored, *unused])  # an unused field does nothing
         used = used if thinking is None else with_thinking(used, thinking)
-        plan = Plan(request=used, entry=admission.entry, defaults=defaults)
+        plan = Plan(request=used, entry=admission.entry, defaults=defaults, reading=reading)
         return await (self._stream(plan, headers) if req.stream else self._reply(plan, headers))
 
     def _refusals(
@@ -151,6 +154,54 @@ class CompletionService:
         )
         return [*unused, *overridden], thinking
 
+    # -- activations -------------------------------------------------------------
+
+    def _reading(self, req: GenerationRequest, entry: ModelEntry) -> Reading | None:
+        """`return_sae_activations` resolved against the model's attachments; every refusal
+        that needs no prompt, before any load or generation (OAI-ACT-16..22)."""
+        ask = req.activations
+        if ask is None:
+            return None
+        if req.n > 1:
+            raise InvalidParameter(
+                "n", "n above 1 cannot be combined with return_sae_activations (one reading)."
+            )
+        if len(req.prompts) > 1:
+            param = "extra_messages" if req.endpoint == "chat" else "prompt"
+            raise InvalidParameter(
+                param,
+                "several prompts cannot be combined with return_sae_activations: there is "
+                "no single position axis.",
+            )
+        if req.precision == "float32":  # OAI-F32-22
+            raise InvalidParameter(
+                "scoring_precision",
+                'scoring_precision "float32" cannot be combined with return_sae_activations.',
+            )
+        attached = [(a.sae.sae_id, a.layer, a.sae) for a in self._live.attachments(entry.model_id)]
+        return resolve(ask, attached, max_top_k=self._settings.sae_activations_max_top_k)
+
+    def _check_entries(self, plan: Plan) -> None:
+        """The worst-case entry count, once the prompt's length is known (OAI-ACT-23)."""
+        if plan.reading is not None:
+            check_entries(
+                plan.reading.ask,
+                prompt_tokens=len(plan.prompt_ids[0]),
+                max_tokens=plan.budgets[0],
+                max_entries=self._settings.sae_activations_max_entries,
+            )
+
+    def _millm(self, plan: Plan, end: ChoiceEnd, *, read_point: str | None = None) -> Any:
+        """The `millm` object of a reading request's response; None when none was asked."""
+        if plan.reading is None or end.captured is None:
+            return None
+        captured = end.captured
+        prompt_tokens = len(plan.prompt_ids[0])
+        body = read(
+            plan.reading, captured.rows, captured.token_ids, prompt_tokens, read_point=read_point
+        )
+        return {"sae_activations": body}
+
     # -- steering ----------------------------------------------------------------
 
     def _steering(self, req: GenerationRequest, entry: ModelEntry) -> Resolution:
@@ -188,26 +239,44 @@ class CompletionService:
                 )
             check_vocabulary(ask, engine.facts.vocab_size)
             await prepare(plan, engine, self._manager)
+            self._check_entries(plan)
             loop = asyncio.get_running_loop()
-            choices = await loop.run_in_executor(self._executor, self._scored, plan, engine, ask)
+            choices, millm = await loop.run_in_executor(
+                self._executor, self._scored, plan, engine, ask
+            )
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         usage = shapes.usage(sum(len(ids) for ids in plan.prompt_ids), len(choices))
         body = env.body(choices, usage, shapes.fingerprint(engine.facts))
+        if millm is not None:
+            body["millm"] = millm
         headers = {**headers, hdr.STEERING: "none"}
         if ask.precision is not None:  # echoed only when sent (OAI-F32-10)
             body["scoring_precision"] = ask.precision
             headers[hdr.SCORING_PRECISION] = ask.precision
         return Reply(body, headers)
 
-    def _scored(self, plan: Plan, engine: Engine, ask: ScoringAsk) -> list[dict[str, Any]]:
-        """Blocking, in the engine's thread: score every prompt and shape its choice."""
+    def _scored(
+        self, plan: Plan, engine: Engine, ask: ScoringAsk
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """Blocking, in the engine's thread: score every prompt and shape its choice; the
+        `millm` object of a reading request (its one prompt's pass, unsteered)."""
         r = plan.request
         query = ask.query(r.endpoint, r.scoring_temperature)
         reply = ScoringReply(r.endpoint, ask, engine.token_text)
         choices = []
+        millm = None
         for i, (prompt, ids) in enumerate(zip(r.prompts, plan.prompt_ids, strict=True)):
             try:
-                result = engine.score(ids, query)
+                if plan.reading is None:
+                    result = engine.score(ids, query)
+                else:  # the scoring pass runs no steering hook: the read point is `unsteered`
+                    with engine.capturing(plan.reading.layer, pre_steering=True) as residuals:
+                        result = engine.score(ids, query)
+                    millm = {
+                        "sae_activations": read(
+                            plan.reading, residuals.rows(), ids, len(ids), read_point="unsteered"
+                        )
+                    }
             except NonFiniteLogits as exc:
                 raise ApiError(
                     "non_finite_logits",
@@ -227,7 +296,7 @@ class CompletionService:
             elif isinstance(prompt, TokenPrompt):
                 chars = len(engine.decode(prompt.ids, keep_special=True))
             choices.append(reply.choice(i, result, chars))
-        return choices
+        return choices, millm
 
     # -- non-streamed ------------------------------------------------------------
 
@@ -243,8 +312,8 @@ class CompletionService:
         serial path (OAI-CBM-08)."""
         engine = plan.prepared_for
         batch = None if engine is None else engine.batch
-        if batch is None or plan.request.seed is not None:
-            return False
+        if batch is None or plan.request.seed is not None or plan.reading is not None:
+            return False  # a reading captures one layer of the serial path (OAI-ACT-25)
         if engine is not self._manager.engine_if_resident(plan.entry):
             return False
         sizes = zip(plan.prompt_ids, plan.budgets, strict=True)
@@ -268,15 +337,20 @@ class CompletionService:
         resident = self._manager.engine_if_resident(plan.entry)
         if resident is not None:  # prepared first: whether it runs as a row needs its sizes
             await prepare(plan, resident, self._manager)
+            self._check_entries(plan)
         async with self._holding(plan.entry, shared=self._as_row(plan)) as slot:
             engine = slot.engine
             if plan.prepared_for is not engine:
                 await prepare(plan, engine, self._manager)
+                self._check_entries(plan)
             self._start_steering(plan, engine)
             with self._generating():
-                choices, tally = await self._generate_all(plan, engine, slot.ticket)
+                choices, tally, last = await self._generate_all(plan, engine, slot.ticket)
         env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
+        millm = None if last is None else self._millm(plan, last)
+        if millm is not None:  # only when asked: no `millm` key otherwise (OAI-ACT-15)
+            body["millm"] = millm
         steering = plan.steering_header()
         return Reply(body, {**headers, **format_header(plan.tools), hdr.STEERING: steering})
 
@@ -294,10 +368,12 @@ class CompletionService:
 
     async def _generate_all(
         self, plan: Plan, engine: Engine, ticket: Ticket
-    ) -> tuple[list[dict[str, Any]], Tally]:
+    ) -> tuple[list[dict[str, Any]], Tally, ChoiceEnd | None]:
+        """Every choice, the counts, and the last choice's end (a reading's rows ride on it)."""
         r = plan.request
         choices: list[dict[str, Any]] = []
         tally = Tally()
+        end: ChoiceEnd | None = None
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
@@ -305,7 +381,7 @@ class CompletionService:
                 text, end = await self._collect(self._choice_events(engine, work, ticket))
                 choices.append(plan.choice(len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
-        return choices, tally
+        return choices, tally, end
 
     async def _collect(self, events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[str, ChoiceEnd]:
         parts: list[str] = []
@@ -337,11 +413,13 @@ class CompletionService:
             ticket, engine = slot.ticket, slot.engine
             try:
                 await prepare(plan, engine, self._manager)
+                self._check_entries(plan)
             except BaseException:
                 self._scheduler.leave(ticket)
                 raise
         else:
             await prepare(plan, engine, self._manager)
+            self._check_entries(plan)
             ticket = self._scheduler.enter(shared=self._as_row(plan))
         events = self._events(plan, ticket)
         # A stream whose body never starts (client gone first) still gives its place back.
@@ -365,16 +443,20 @@ class CompletionService:
             out = env.chunks(shapes.fingerprint(engine.facts), plan.request.include_usage)
             tally = Tally()
             last = len(plan.request.prompts) - 1
+            millm = None
             with self._generating():
                 for i in range(last + 1):
                     async for item in self._choice_chunks(plan, engine, out, i, ticket=ticket):
                         if isinstance(item, _Finished):
                             tally.add(item.end, first_of_prompt=True)
+                            millm = self._millm(plan, item.end)
                             # one usage per stream: the whole request's, never per choice
                             usage = tally.usage(plan) if i == last else None
                             yield out.finish([item.choice], usage)
                         else:
                             yield item
+            if millm is not None:  # the activations, then the steering chunk (open point 19)
+                yield out.millm(millm)
             yield out.last(plan.steering_header(), tally.usage(plan))
         finally:
             self._scheduler.leave(ticket)

@@ -78,6 +78,13 @@ class Chunks:
             chunk["usage"] = usage
         return chunk
 
+    def millm(self, millm: dict[str, Any]) -> dict[str, Any]:
+        """A `choices: []` chunk carrying the `millm` object (the request's activations,
+        OAI-ACT-14): after the choices' chunks, before the last."""
+        chunk = self._chunk([])
+        chunk["millm"] = millm
+        return chunk
+
     def last(self, steering: str, usage: dict[str, Any]) -> dict[str, Any]:
         """The last chunk before `[DONE]`: `choices: []`, `millm_steering` (OAI-STREAM-08,
         OAI-STREAM-10) and, with `include_usage`, the whole request's usage."""

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidParameter
-from ..steering.sae import SAE
+from ...errors import InvalidParameter
+from ...steering.sae import SAE
+from .generation import Capture
 
 FIELD = "return_sae_activations"
 POSITION_NAMES = ("last", "prompt", "completion", "all")
@@ -27,6 +28,10 @@ DEFAULT_POSITIONS = "last"
 DEFAULT_TOP_K = 8
 READ_POINTS = ("post_steering", "pre_steering")
 NOTES = {
+    "unsteered": (
+        "unsteered: a scoring request runs one forward pass with no steering hook; these are "
+        "the activations of that pass."
+    ),
     "post_steering": (
         "post_steering is what the model computed at this layer for this request, "
         "this layer's steering delta included; it is not an unsteered counterfactual."
@@ -171,16 +176,54 @@ def read_positions(positions: str | tuple[int, int], prompt_tokens: int, fed: in
     return range(0, fed)
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """An ask resolved against the model's attachments: the SAE, the layer it is attached
+    at (where the rows are captured) and the ask."""
+
+    ask: ActivationsAsk
+    sae: SAE
+    sae_id: str
+    layer: int
+
+    @property
+    def capture(self) -> Capture:
+        """What the choice's generation reads: this layer, before or after its delta."""
+        return Capture(self.layer, self.ask.pre_steering)
+
+
+def resolve(
+    ask: ActivationsAsk, attachments: Sequence[tuple[str, int, SAE]], *, max_top_k: int
+) -> Reading:
+    """The reading of `ask` among `attachments` ((sae_id, layer, SAE) each), or its refusal:
+    every check that needs no prompt (OAI-ACT-19..22)."""
+    check_ask(ask, max_top_k=max_top_k)
+    sae_id = choose_sae(ask, sorted({name for name, _, _ in attachments}))
+    found = [(layer, sae) for name, layer, sae in attachments if name == sae_id]
+    if len(found) > 1:
+        layers = ", ".join(str(layer) for layer, _ in found)
+        raise InvalidParameter(
+            f"{FIELD}.sae_id",
+            f"SAE `{sae_id}` is attached at several layers ({layers}) of this model; "
+            "detach all but the one to read.",
+        )
+    layer, sae = found[0]
+    check_sae(ask, sae)
+    return Reading(ask, sae, sae_id, layer)
+
+
 def read(
-    sae: SAE,
-    sae_id: str,
-    ask: ActivationsAsk,
+    reading: Reading,
     rows: torch.Tensor,
     token_ids: Sequence[int],
     prompt_tokens: int,
+    *,
+    read_point: str | None = None,
 ) -> dict[str, Any]:
     """`millm.sae_activations` (OAI-ACT-12): `rows[p]` is the layer's output at position p
-    (`token_ids[p]` fed there), one row per position fed."""
+    (`token_ids[p]` fed there), one row per position fed. `read_point` overrides the
+    ask's in the body (scoring reports `unsteered`, OAI-ACT-11)."""
+    ask, sae = reading.ask, reading.sae
     fed = min(rows.shape[0], len(token_ids))
     wanted = read_positions(ask.positions, prompt_tokens, fed)
     listed: list[dict[str, Any]] = []
@@ -204,10 +247,11 @@ def read(
             listed.append(
                 {"position": position, "token_id": int(token_ids[position]), "features": features}
             )
+    point = read_point or ask.read_point
     return {
-        "sae_id": sae_id,
-        "layer": sae.layer,
-        "read_point": ask.read_point,
+        "sae_id": reading.sae_id,
+        "layer": reading.layer,
+        "read_point": point,
         "positions": listed,
-        "note": NOTES[ask.read_point],
+        "note": NOTES[point],
     }
