@@ -8,9 +8,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..registry import REGISTRY, Check
-from . import errors, models, replies, schema, scoring, steering, streaming, validation
+from . import (
+    activations,
+    errors,
+    models,
+    replies,
+    schema,
+    scoring,
+    steering,
+    streaming,
+    validation,
+)
 
 __all__ = [
+    "activations",
     "all_checks",
     "errors",
     "models",

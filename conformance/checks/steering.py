@@ -69,7 +69,7 @@ def steering_header_grammar(ctx: Context) -> None:
     _members(completion, "OAI-HDR-07")
 
 
-def _attachment(ctx: Context) -> Attachment:
+def attachment_of(ctx: Context) -> Attachment:
     """An SAE attached exactly once to the model under test, from GET /api/steering."""
     response = ctx.get_api("/steering")
     try:
@@ -143,7 +143,7 @@ def _expect_inline(members: list[Member], attachment: Attachment, sent: list[Any
 def inline_steering_hash(ctx: Context) -> None:
     """Inline `steering` is reported as one `inline` member whose hash is the kit's own hash of
     the set sent, with the clamp counted; a stream's millm_steering carries the same value."""
-    attachment = _attachment(ctx)
+    attachment = attachment_of(ctx)
     features = _inline_set(attachment)
     steering = {"sae_id": attachment.sae_id, "features": features}
     response = ctx.post("/chat/completions", ctx.chat_body(max_tokens=2, steering=steering))

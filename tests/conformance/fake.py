@@ -55,6 +55,7 @@ FAULTS = (
     "steering_created_zero",
     "lenient_json",
     "lenient_values",
+    "activations_last_token",
 )
 MAX_DEPTH = 64
 INT64 = (-(2**63), 2**63 - 1)
@@ -236,6 +237,20 @@ def _finish(body: dict[str, Any], words: list[str]) -> str:
     return "length" if body.get("max_tokens") and len(words) >= body["max_tokens"] else "stop"
 
 
+def _activations(body: dict[str, Any], completion: int, faults: frozenset[str]) -> dict[str, Any]:
+    """`millm` for a request asking for activations: each position fed (prompt then completion
+    less the last token; the `activations_last_token` fault lists that one too)."""
+    ask = body["return_sae_activations"] or {}
+    fed = _usage(body, completion)["total_tokens"] - (
+        0 if "activations_last_token" in faults else 1
+    )
+    shown = {"all": range(fed), "last": range(fed - 1, fed)}[ask.get("positions") or "last"]
+    features = [{"index": 1, "value": 2.0}, {"index": 0, "value": 0.5}][: ask.get("top_k") or 8]
+    positions = [{"position": p, "token_id": p, "features": features} for p in shown]
+    reading = {"sae_id": SAE, "layer": LAYER, "read_point": "post_steering"}
+    return {"sae_activations": reading | {"positions": positions, "note": "fake"}}
+
+
 FINGERPRINT = f"millm:{MODEL}@0000000:float32/none:fake"
 TOP = {"Hello": -0.25, "Hi": -2.0, "Hey": -3.0}
 
@@ -303,6 +318,8 @@ def fake_app(
         if (extensions and not include) or "usage_twice" in faults:
             finish["usage"] = usage  # miLLM's finish chunk carries usage (OAI-STREAM-05)
         yield finish
+        if extensions and body.get("return_sae_activations"):
+            yield base | {"choices": [], "millm": _activations(body, len(texts), faults)}
         last = base | {"choices": []} | ({"usage": usage} if include else {})
         if extensions and "steering_created_zero" in faults:  # the old, separate chunk
             if include:
@@ -330,6 +347,8 @@ def fake_app(
             choice = {"index": 0, "message": message, "finish_reason": _finish(body, words)}
         reply = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000}
         reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": [choice]}
+        if fake.extensions and body.get("return_sae_activations"):
+            reply["millm"] = _activations(body, len(words), faults)
         return JSONResponse(reply | {"usage": _usage(body, len(words))}, headers=headers)
 
     async def completions(request: Request) -> Response:

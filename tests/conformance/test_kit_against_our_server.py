@@ -32,6 +32,8 @@ EXAMPLES = 5
 # Checks our server fails today, each with the bug it found (xfail strict: a fix flips them).
 KNOWN_BUGS: dict[str, str] = {}  # check name -> the server bug it finds (xfail, strict)
 GGUF_NOT_OFFERED = {
+    "activations_reply",
+    "activations_stream_chunk",
     "completion_scoring_shape",
     "chat_scoring_shape",
     "scoring_needs_one_token",

@@ -114,6 +114,7 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
             "embeddings",
             "structured_output",
             "tools",
+            "sae_activations",
         }
     )
 

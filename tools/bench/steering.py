@@ -128,14 +128,17 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     return runs
 
 
-def table(runs: dict[str, list[Run]]) -> str:
+def table(
+    runs: dict[str, list[Run]], bases: dict[str, str] = BASES, against: str = "unsteered"
+) -> str:
+    """Each path's rates and its median's ratio to its base path's (`bases`, else itself)."""
     lines = [
-        "| path | median tok/s | min | max | ratio to unsteered |",
+        f"| path | median tok/s | min | max | ratio to {against} |",
         "|---|---:|---:|---:|---:|",
     ]
     for name, found in runs.items():
         rates = [r.rate for r in found]
-        base = BASES.get(name, name)
+        base = bases.get(name, name)
         ratio = statistics.median(rates) / common.median_rate(runs[base])
         lines.append(
             f"| {name} | {statistics.median(rates):.1f} | {min(rates):.1f} | {max(rates):.1f} "

@@ -1,0 +1,112 @@
+"""A request returning SAE activations against the same request without, through the server.
+
+    python -m tools.bench.activations [--rounds 5] [--tokens 128] [--threads N]
+
+Greedy chats of `--tokens` tokens to `miserver serve` on SmolLM2 (transformers)
+with the SAE the tests train and cache attached at its hook layer:
+
+- `server`: no `return_sae_activations`;
+- `server-activations`: `return_sae_activations {"positions": "all", "top_k": 16}`
+  (every position fed, the layer captured each pass, encoded in one matmul at
+  the end), JSON;
+- `server-activations-last`: the same with `positions: "last"`.
+
+Every call gets a fresh prompt (a round number in it), so no path reuses a
+KV prefix (a reading request reuses none anyway). Rounds are interleaved.
+The markdown table goes to stdout with each path's ratio to `server` (issue
+18's goal: `server-activations` >= 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from tools import sae_train
+from tools.bench import common
+from tools.bench.common import Run
+from tools.bench.steering import MODEL_ID, SAE_ID, prompt, table, trained_sae
+
+log = logging.getLogger("bench.activations")
+
+ALL = {"positions": "all", "top_k": 16}
+LAST = {"positions": "last", "top_k": 16}
+
+
+def on_server(
+    client: httpx.Client, base_url: str, round_: int, tokens: int, reading: dict[str, Any] | None
+) -> Run:
+    body = common.chat_body(MODEL_ID, prompt(round_), tokens, stream=False)
+    if reading is not None:
+        body["return_sae_activations"] = reading
+    started = time.perf_counter()
+    response = client.post(f"{base_url}/chat/completions", json=body)
+    seconds = time.perf_counter() - started
+    response.raise_for_status()
+    out = response.json()
+    if ("millm" in out) != (reading is not None):
+        raise RuntimeError("activations missing, or sent unasked")
+    return Run(out["usage"]["completion_tokens"], seconds, "")
+
+
+def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Run]]:
+    _, folder = trained_sae()
+    saes = work / "saes"
+    saes.mkdir()
+    (saes / SAE_ID).symlink_to(folder, target_is_directory=True)
+    counter = itertools.count()
+    args = ["--model", MODEL_ID, "--saes-dir", str(saes)]
+    with (
+        common.served(work / "data", sae_train.cache_dir(), threads, args) as base_url,
+        httpx.Client(timeout=600.0) as client,
+    ):
+        api = base_url.removesuffix("/v1") + "/api"
+        client.post(f"{api}/steering/attachments", json={"sae_id": SAE_ID}).raise_for_status()
+        reply = client.post(
+            f"{base_url}/chat/completions",
+            json={
+                **common.chat_body(MODEL_ID, [{"role": "user", "content": "Hi"}], 4, False),
+                "return_sae_activations": ALL,
+            },
+        )
+        reply.raise_for_status()
+        if "millm" not in reply.json():
+            raise RuntimeError("the server returned no activations")
+        paths: dict[str, Callable[[], Run]] = {
+            "server": lambda: on_server(client, base_url, next(counter), tokens, None),
+            "server-activations": lambda: on_server(client, base_url, next(counter), tokens, ALL),
+            "server-activations-last": lambda: on_server(
+                client, base_url, next(counter), tokens, LAST
+            ),
+        }
+        return common.interleave(paths, rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench-activations-") as tmp:
+        runs = measure(args.rounds, args.tokens, args.threads, Path(tmp))
+    sys.stdout.write(
+        f"torch {torch.__version__}, {args.rounds} rounds of {args.tokens} greedy tokens\n\n"
+        + table(runs, {name: "server" for name in runs}, "server")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
