@@ -123,8 +123,13 @@ def saes_dir(trained_sae: SAE, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture
 def steer_settings(tmp_path: Path, saes_dir: Path) -> Settings:
     """Settings of a steering server: the transformers SmolLM2, the trained SAEs, fresh data."""
+    return steering_settings(tmp_path / "data", saes_dir)
+
+
+def steering_settings(data_dir: Path, saes_dir: Path) -> Settings:
+    """A steering server's settings: the transformers SmolLM2, the SAEs in `saes_dir`."""
     return Settings(
-        data_dir=tmp_path / "data",
+        data_dir=data_dir,
         cache_dir=cache_dir(),
         saes_dir=saes_dir,
         model=MODEL_ID,

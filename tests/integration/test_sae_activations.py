@@ -15,9 +15,8 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from miserver.settings import Settings
 from miserver.steering.sae import SAE
-from tests.conftest import MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir
+from tests.conftest import MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir, steering_settings
 from tests.integration.test_activations_capture import direct
 from tests.integration.test_chat import data_of
 from tests.integration.test_refusals import error_of
@@ -34,13 +33,7 @@ FIELD = "return_sae_activations"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[TestClient]:
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("act") / "data",
-        cache_dir=cache_dir(),
-        saes_dir=saes_dir,
-        model=MODEL_ID,
-        queue_heartbeat=0.2,
-    )
+    settings = steering_settings(tmp_path_factory.mktemp("act") / "data", saes_dir)
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 

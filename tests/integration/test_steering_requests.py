@@ -19,10 +19,17 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt
-from miserver.settings import Settings
 from miserver.steering import steering_set_hash
 from miserver.steering.header import parse
-from tests.conftest import GGUF_ID, JSON, MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir
+from tests.conftest import (
+    GGUF_ID,
+    JSON,
+    MODEL_ID,
+    OTHER_SAE_ID,
+    SAE_ID,
+    LocalClient,
+    steering_settings,
+)
 from tests.integration.test_chat import data_of
 from tests.integration.test_refusals import error_of
 
@@ -46,13 +53,7 @@ UNICODE_WIRE = "H%C3%A4ppy %E2%98%80 100%25 %22x%22"  # OAI-GRAM-18
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[TestClient]:
     """One steering server for the module (as `steer_settings`, with a module data dir)."""
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("steer") / "data",
-        cache_dir=cache_dir(),
-        saes_dir=saes_dir,
-        model=MODEL_ID,
-        queue_heartbeat=0.2,
-    )
+    settings = steering_settings(tmp_path_factory.mktemp("steer") / "data", saes_dir)
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 

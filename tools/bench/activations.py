@@ -32,10 +32,9 @@ from typing import Any
 import httpx
 import torch
 
-from tools import sae_train
 from tools.bench import common
 from tools.bench.common import Run
-from tools.bench.steering import MODEL_ID, SAE_ID, prompt, table, trained_sae
+from tools.bench.steering import MODEL_ID, attached_server, prompt, table, trained_sae
 
 log = logging.getLogger("bench.activations")
 
@@ -61,27 +60,9 @@ def on_server(
 
 def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Run]]:
     _, folder = trained_sae()
-    saes = work / "saes"
-    saes.mkdir()
-    (saes / SAE_ID).symlink_to(folder, target_is_directory=True)
     counter = itertools.count()
-    args = ["--model", MODEL_ID, "--saes-dir", str(saes)]
-    with (
-        common.served(work / "data", sae_train.cache_dir(), threads, args) as base_url,
-        httpx.Client(timeout=600.0) as client,
-    ):
-        api = base_url.removesuffix("/v1") + "/api"
-        client.post(f"{api}/steering/attachments", json={"sae_id": SAE_ID}).raise_for_status()
-        reply = client.post(
-            f"{base_url}/chat/completions",
-            json={
-                **common.chat_body(MODEL_ID, [{"role": "user", "content": "Hi"}], 4, False),
-                "return_sae_activations": ALL,
-            },
-        )
-        reply.raise_for_status()
-        if "millm" not in reply.json():
-            raise RuntimeError("the server returned no activations")
+    with attached_server(folder, threads, work) as (client, base_url, _):
+        on_server(client, base_url, -1, 4, ALL)  # a warm-up, and proof the server reads
         paths: dict[str, Callable[[], Run]] = {
             "server": lambda: on_server(client, base_url, next(counter), tokens, None),
             "server-activations": lambda: on_server(client, base_url, next(counter), tokens, ALL),

@@ -21,13 +21,14 @@ unsteered counterpart (goal >= 0.95).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import logging
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +88,15 @@ def on_server(client: httpx.Client, base_url: str, round_: int, tokens: int, **e
     return Run(response.json()["usage"]["completion_tokens"], seconds, "")
 
 
-def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Run]]:
-    sae, folder = trained_sae()
+@contextlib.contextmanager
+def attached_server(
+    folder: Path, threads: int | None, work: Path
+) -> Iterator[tuple[httpx.Client, str, str]]:
+    """`miserver serve` on SmolLM2 (transformers) with the SAE in `folder` attached as SAE_ID
+    at its hook layer; yields a client, the /v1 base URL and the /api one."""
     saes = work / "saes"
     saes.mkdir()
     (saes / SAE_ID).symlink_to(folder, target_is_directory=True)
-    engine = load_transformers_engine(
-        sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
-    )
-    fixed = FixedSource(snapshot([applied_sae("inline", sae, sae.layer, FEATURES)]))
-    counter = itertools.count()
-    features = [{"index": i, "strength": s} for i, s in FEATURES.items()]
     args = ["--model", MODEL_ID, "--saes-dir", str(saes)]
     with (
         common.served(work / "data", sae_train.cache_dir(), threads, args) as base_url,
@@ -105,6 +104,18 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     ):
         api = base_url.removesuffix("/v1") + "/api"
         client.post(f"{api}/steering/attachments", json={"sae_id": SAE_ID}).raise_for_status()
+        yield client, base_url, api
+
+
+def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Run]]:
+    sae, folder = trained_sae()
+    engine = load_transformers_engine(
+        sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
+    )
+    fixed = FixedSource(snapshot([applied_sae("inline", sae, sae.layer, FEATURES)]))
+    counter = itertools.count()
+    features = [{"index": i, "strength": s} for i, s in FEATURES.items()]
+    with attached_server(folder, threads, work) as (client, base_url, api):
         profile = {"sae_id": SAE_ID, "layer": sae.layer, "features": features}
         client.put(f"{api}/profiles/bench", json=profile).raise_for_status()
 
