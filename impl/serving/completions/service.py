@@ -191,15 +191,13 @@ class CompletionService:
                 max_entries=self._settings.sae_activations_max_entries,
             )
 
-    def _millm(self, plan: Plan, end: ChoiceEnd, *, read_point: str | None = None) -> Any:
+    def _millm(self, plan: Plan, end: ChoiceEnd) -> dict[str, Any] | None:
         """The `millm` object of a reading request's response; None when none was asked."""
         if plan.reading is None or end.captured is None:
             return None
         captured = end.captured
         prompt_tokens = len(plan.prompt_ids[0])
-        body = read(
-            plan.reading, captured.rows, captured.token_ids, prompt_tokens, read_point=read_point
-        )
+        body = read(plan.reading, captured.rows, captured.token_ids, prompt_tokens)
         return {"sae_activations": body}
 
     # -- steering ----------------------------------------------------------------
