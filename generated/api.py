@@ -393,6 +393,143 @@ class IntensityRangeItem(RootModel[float]):
     root: Annotated[float, Field(ge=0.0, le=2.0)]
 
 
+class Feature1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    index: Annotated[int, Field(ge=0, le=2147483647)]
+    weight: float
+
+
+class ProbeDetector(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    kind: Literal["linear", "sae_features"]
+    layer: Annotated[int, Field(ge=0, le=65535)]
+    link: Annotated[
+        Literal["identity", "sigmoid"] | None,
+        Field(description="Applied to the aggregate (default identity)."),
+    ] = None
+    weight: Annotated[list[float] | None, Field(max_length=65536, min_length=1)] = None
+    bias: float | None = None
+    file: Annotated[
+        str | None,
+        Field(
+            description="Sidecar only: a safetensors file beside the sidecar (a bare file name) holding `weight` and optionally `bias`."
+        ),
+    ] = None
+    sae_id: Annotated[str | None, Field(min_length=1)] = None
+    features: Annotated[list[Feature1] | None, Field(max_length=4096, min_length=1)] = (
+        None
+    )
+
+
+class ProbeImport(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    path: Annotated[
+        str,
+        Field(
+            description="The sidecar's absolute path.", max_length=4096, min_length=1
+        ),
+    ]
+    armed: bool | None = None
+
+
+class Probe(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    description: str
+    detector: Annotated[
+        ProbeDetector,
+        Field(
+            description="The detector as defined; a linear one without its `weight` (see `d_model`)."
+        ),
+    ]
+    aggregate: Literal["mean", "max"]
+    threshold: float
+    windows: list[Literal["last_user", "prompt", "completion"]]
+    model: Annotated[str | None, Field(...)]
+    armed: bool
+    detector_digest: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    d_model: Annotated[
+        int | None,
+        Field(
+            description="A linear detector's width (null for an SAE-feature detector)."
+        ),
+    ]
+    created: int
+    updated: int
+
+
+class ProbeList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[Probe]
+
+
+class ProbeResultObject(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    schema_: Annotated[Literal["mi.probe.result/v1"], Field(alias="schema")]
+    result_id: str
+    probe: str
+    window: Literal["last_user", "prompt", "completion"]
+    outcome: str
+    reason: str
+    verdict: str
+
+
+class Datum(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    seq: Annotated[int, Field(ge=1)]
+    result: ProbeResultObject
+
+
+class ProbeEvents(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[Datum]
+    next: Annotated[int, Field(description="The `after` of the next page.", ge=0)]
+
+
+class ProbeScoreRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    input: Annotated[str | None, Field(min_length=1)] = None
+    messages: Annotated[list[dict[str, Any]] | None, Field(min_length=1)] = None
+    probes: Annotated[
+        list[str] | None,
+        Field(
+            description="The probes to read (default every armed one).",
+            max_length=256,
+            min_length=1,
+        ),
+    ] = None
+
+
+class ProbeScore(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["probe.score"]
+    model: str
+    data: list[ProbeResultObject]
+
+
 class ProfileInput(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -499,3 +636,39 @@ class ModelListing(BaseModel):
     scan_dirs: list[str]
     local: list[LocalModel]
     catalog: list[dict[str, Any]]
+
+
+class ProbeInput(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    description: Annotated[str | None, Field(max_length=4096)] = None
+    detector: ProbeDetector
+    aggregate: Annotated[
+        Literal["mean", "max"] | None,
+        Field(
+            description="How the window's per-position values combine (default mean)."
+        ),
+    ] = None
+    threshold: float
+    windows: Annotated[
+        list[Literal["last_user", "prompt", "completion"]],
+        Field(max_length=3, min_length=1),
+    ]
+    model: Annotated[
+        str | None,
+        Field(
+            description="The model the probe was made for; on any other model its results are `skipped` (`model_mismatch`). Absent: any model of its width."
+        ),
+    ] = None
+    armed: Annotated[
+        bool | None, Field(description="Arm it at once (default false).")
+    ] = None
+
+
+class ProbeDefinition(ProbeInput):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    schema_: Annotated[Literal["mi.probe/v1"], Field(alias="schema")]
+    name: Annotated[str, Field(pattern="^[a-z0-9][a-z0-9_.-]{0,63}$")]

@@ -303,6 +303,15 @@ class TextOffsetItem(RootModel[int]):
     root: Annotated[int, Field(ge=0)]
 
 
+class Served(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    backend: Literal["serial", "batch", "score"]
+    engine: Literal["transformers", "llama.cpp"]
+    model: str
+
+
 class Feature(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -473,6 +482,64 @@ class Millm(BaseModel):
     sae_activations: SaeActivations | None = None
 
 
+class ProbeResult(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    schema_: Annotated[Literal["mi.probe.result/v1"], Field(alias="schema")]
+    result_id: Annotated[str, Field(pattern="^pr_[0-9a-f]{32}$")]
+    probe: Annotated[str, Field(description="The probe's name.")]
+    name: Annotated[str, Field(description="Legacy key: the probe's name again.")]
+    window: Annotated[
+        Literal["last_user", "prompt", "completion"],
+        Field(
+            description="The tokens a probe reads: `last_user`, the content of the last user message as placed in the render actually served (tools shown; the whole prompt on /v1/completions); `prompt`, every prompt position; `completion`, every generated token fed back (the last one never is)."
+        ),
+    ]
+    index: Annotated[int, Field(description="The choice the window belongs to.", ge=0)]
+    outcome: Annotated[
+        Literal["scored", "interrupted", "skipped"],
+        Field(
+            description="`scored`: the window was read whole; `interrupted`: the stream or generation ended early, the score covers what ran (recorded, never sent, OAI-PROBE-09); `skipped`: nothing could be read (`reason` says why)."
+        ),
+    ]
+    reason: Annotated[
+        Literal[
+            "above_threshold",
+            "below_threshold",
+            "empty_window",
+            "client_disconnected",
+            "generation_failed",
+            "engine_unsupported",
+            "model_mismatch",
+            "layer_out_of_range",
+            "sae_not_attached",
+            "feature_out_of_range",
+            "non_finite_score",
+        ],
+        Field(description="A reason code (OAI-PROBE-04)."),
+    ]
+    verdict: Literal["flagged", "clear", "none"]
+    score: Annotated[float | None, Field(...)]
+    scored: Annotated[
+        bool, Field(description="Legacy key: whether `score` holds a value.")
+    ]
+    threshold: float
+    tokens: Annotated[int, Field(description="Positions the window covered.", ge=0)]
+    layer: Annotated[int, Field(ge=0)]
+    detector_digest: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    decision_digest: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    served: Served
+    trace_id: Annotated[str, Field(pattern="^[0-9a-f]{32}$")]
+    request_id: Annotated[
+        str,
+        Field(
+            description="The response's `id` (`chatcmpl-...`, `cmpl-...`; `probe-...` for /api/probes/score)."
+        ),
+    ]
+    created: Annotated[int, Field(description="Unix seconds.")]
+
+
 class ChatCompletion(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -485,6 +552,12 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: Usage1
     millm: Millm | None = None
+    millm_probe_verdicts: Annotated[
+        list[ProbeResult] | None,
+        Field(
+            description="What each armed probe found, one `mi.probe.result/v1` object per (probe, window, choice), sorted like X-miLLM-Probe-Verdicts; present only while a probe is armed (OAI-PROBE-05, OAI-PROBE-08), never on scoring (open point 38). On a stream it comes on its own `choices: []` chunk after the choices, before the `millm` and `millm_steering` chunks."
+        ),
+    ] = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -510,6 +583,12 @@ class ChatCompletionChunk(BaseModel):
         ),
     ] = None
     millm: Millm | None = None
+    millm_probe_verdicts: Annotated[
+        list[ProbeResult] | None,
+        Field(
+            description="What each armed probe found, one `mi.probe.result/v1` object per (probe, window, choice), sorted like X-miLLM-Probe-Verdicts; present only while a probe is armed (OAI-PROBE-05, OAI-PROBE-08), never on scoring (open point 38). On a stream it comes on its own `choices: []` chunk after the choices, before the `millm` and `millm_steering` chunks."
+        ),
+    ] = None
 
 
 class CompletionChoice(BaseModel):
@@ -540,6 +619,12 @@ class Completion(BaseModel):
         ),
     ] = None
     millm: Millm | None = None
+    millm_probe_verdicts: Annotated[
+        list[ProbeResult] | None,
+        Field(
+            description="What each armed probe found, one `mi.probe.result/v1` object per (probe, window, choice), sorted like X-miLLM-Probe-Verdicts; present only while a probe is armed (OAI-PROBE-05, OAI-PROBE-08), never on scoring (open point 38). On a stream it comes on its own `choices: []` chunk after the choices, before the `millm` and `millm_steering` chunks."
+        ),
+    ] = None
 
 
 class CompletionChunk(BaseModel):
@@ -565,6 +650,12 @@ class CompletionChunk(BaseModel):
         ),
     ] = None
     millm: Millm | None = None
+    millm_probe_verdicts: Annotated[
+        list[ProbeResult] | None,
+        Field(
+            description="What each armed probe found, one `mi.probe.result/v1` object per (probe, window, choice), sorted like X-miLLM-Probe-Verdicts; present only while a probe is armed (OAI-PROBE-05, OAI-PROBE-08), never on scoring (open point 38). On a stream it comes on its own `choices: []` chunk after the choices, before the `millm` and `millm_steering` chunks."
+        ),
+    ] = None
 
 
 class ResponseFormat(BaseModel):

@@ -36,6 +36,9 @@ from .local.session import Session
 from .models.locator import ModelLocator
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
+from .probes.admin import ProbeAdmin
+from .probes.store import ProbeStore
+from .serving.completions.probing import ProbeScores
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
 from .serving.events import EventBus, LogEvents
@@ -67,6 +70,8 @@ class ServerState:
     completions: CompletionService
     steering: LiveSteering
     admin: SteeringAdmin
+    probes: ProbeAdmin
+    probe_scores: ProbeScores
     decisions: DecisionService
     embeddings: EmbeddingService
     session: Session
@@ -169,7 +174,15 @@ def _live_steering(settings: Settings, db: Database) -> LiveSteering:
 
 
 # the routes whose requests wait for the slot
-QUEUED = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/api/decide"})
+QUEUED = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/api/decide",
+        "/api/probes/score",
+    }
+)
 
 
 class Server:
@@ -213,6 +226,7 @@ class Server:
             settings.queue_max_waiting, settings.queue_retry_after, rows=manager.batch_rows
         )
         live = _live_steering(settings, self._db)
+        probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max))
         locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
         session = Session(manager, scheduler, self.bus, launch_id=self._launch_id, locator=locator)
         decisions = DecisionService(manager, scheduler, executor)
@@ -230,6 +244,7 @@ class Server:
             generating=session.generating_one,
             bus=self.bus,
             defaults=config.request_defaults,
+            probes=probes,
         )
         return ServerState(
             settings=settings,
@@ -238,6 +253,10 @@ class Server:
             completions=service,
             steering=live,
             admin=SteeringAdmin(live, manager),
+            probes=probes,
+            probe_scores=ProbeScores(
+                settings, manager, scheduler, executor, live=live, probes=probes
+            ),
             decisions=decisions,
             embeddings=EmbeddingService(settings, manager, scheduler, executor),
             session=session,

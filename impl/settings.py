@@ -188,6 +188,12 @@ class Settings:
         "Most activation entries (positions x top_k, max_tokens counted in full) one request "
         "may ask for; more is refused with 400 before anything is generated.",
     )
+    probe_events_max: int = _knob(
+        100_000,
+        "PROBE_EVENTS_MAX",
+        None,
+        "Most probe results GET /api/probes/events keeps; the oldest go first.",
+    )
     ignored_fields_header_max_bytes: int = _knob(
         1024,
         "IGNORED_FIELDS_HEADER_MAX_BYTES",

@@ -9,7 +9,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from miserver.app import Server
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from miserver.steering.sae import SAE, load_sae
-from tools import sae_train
+from tools import probe_train, sae_train
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 GGUF_ID = f"{MODEL_ID}:Q4_1"  # the embedded default model: its GGUF, served by llama.cpp
@@ -89,21 +89,37 @@ def gguf_path() -> Path:
 def trained_sae() -> SAE:
     """The default-config SAE, trained once into `<cache>/saes/<name>` and reused after."""
     config = sae_train.TrainConfig()
-    saes = sae_train.cache_dir() / "saes"
-    folder = saes / config.name()
-    if not (folder / "sae_weights.safetensors").is_file():
-        saes.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".training-", dir=saes))
-        try:
-            sae_train.build(staging, config)
-            staging.chmod(0o755)
-            staging.rename(folder)
-        except OSError:
-            if not folder.is_dir():  # not another session's finished copy: a real failure
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    folder = sae_train.cache_dir() / "saes" / config.name()
+    trained_once(folder, "sae_weights.safetensors", lambda out: sae_train.build(out, config))
     return load_sae(folder)
+
+
+def trained_once(folder: Path, marker: str, build: Callable[[Path], object]) -> None:
+    """`build` a fixture into `folder` unless it holds `marker` already: into a staging
+    folder renamed when whole, so a session that stops halfway leaves nothing half-made."""
+    if (folder / marker).is_file():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".training-", dir=folder.parent))
+    try:
+        build(staging)
+        staging.chmod(0o755)
+        staging.rename(folder)
+    except OSError:
+        if not folder.is_dir():  # not another session's finished copy: a real failure
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def trained_probe() -> Path:
+    """The French-vs-English linear probe's sidecar (tools/probe_train.py), trained once
+    into `<cache>/probes/<name>` and reused after."""
+    config = probe_train.TrainConfig()
+    folder = sae_train.cache_dir() / "probes" / config.name()
+    trained_once(folder, "metrics.json", lambda out: probe_train.build(out, config))
+    return folder / f"{probe_train.NAME}.json"
 
 
 SAE_ID = "smollm2-l12"

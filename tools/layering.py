@@ -54,6 +54,7 @@ CORE = (
     "miserver.steering",
     "miserver.models",
     "miserver.store",
+    "miserver.probes",
 )
 CHAT = "miserver.serving.chat"
 COMPLETIONS = "miserver.serving.completions"
@@ -141,6 +142,7 @@ DISTRIBUTIONS = {
     "yaml": "pyyaml",
     "llama_cpp": "llama-cpp-python",
     "http_sfv": "http-sfv",
+    "opentelemetry": "opentelemetry-api",
     "jinja2": "jinja2",
     "PIL": "pillow",
     "sklearn": "scikit-learn",

@@ -1,7 +1,15 @@
-"""Publish the scoring contract as one JSON Schema (2020-12) from spec/openapi/v1.yaml.
+"""Publish the contract's JSON Schemas (2020-12) from spec/openapi/*.yaml.
 
-    python -m tools.schemas           # write spec/schemas/millm-scoring-api-v1.json
-    python -m tools.schemas --check   # exit 1 when the file is stale
+    python -m tools.schemas           # write every file of spec/schemas/
+    python -m tools.schemas --check   # exit 1 when one is stale
+
+Three files, each lifted out of an OpenAPI document (`PUBLISHED`):
+
+- millm-scoring-api-v1.json (v1.yaml): the scoring contract, below.
+- mi-probe-result-v1.json (v1.yaml `ProbeResult`): a probe result, as the
+  `millm_probe_verdicts` member and GET /api/probes/events carry it.
+- mi-probe-v1.json (api.yaml `ProbeDefinition`): a probe as a file, the sidecar
+  POST /api/probes/import reads.
 
 The server routes and validates with v1.yaml; this tool lifts the scoring
 request (completion and chat), response and refusal schemas out of it,
@@ -25,6 +33,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec" / "openapi" / "v1.yaml"
+API_SPEC = ROOT / "spec" / "openapi" / "api.yaml"
 OUT = ROOT / "spec" / "schemas" / "millm-scoring-api-v1.json"
 NAME = "millm-scoring-api-v1.json"
 ROOTS = {
@@ -60,9 +69,9 @@ def _refs(node: Any) -> Iterator[str]:
             yield from _refs(value)
 
 
-def _needed(schemas: dict[str, Any]) -> list[str]:
+def _needed(schemas: dict[str, Any], roots: list[str] | None = None) -> list[str]:
     seen: list[str] = []
-    todo = list(ROOTS.values())
+    todo = list(ROOTS.values()) if roots is None else list(roots)
     while todo:
         name = todo.pop()
         if name not in seen:
@@ -121,23 +130,74 @@ def build() -> str:
     return json.dumps(document, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
 
 
+def _single(spec_path: Path, root: str, name: str, title: str, description: str) -> str:
+    """A schema whose document is `root` of `spec_path`, its references under `$defs`."""
+    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    schemas = spec["components"]["schemas"]
+    defs = {n: _convert(schemas[n]) for n in _needed(schemas, [root]) if n != root}
+    document = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": name,
+        "title": title,
+        "description": description,
+        "version": spec["info"]["version"],
+        **_convert(schemas[root]),
+    }
+    if defs:
+        document["$defs"] = defs
+    return json.dumps(document, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def build_probe_result() -> str:
+    return _single(
+        SPEC,
+        "ProbeResult",
+        "mi-probe-result-v1.json",
+        "mi.probe.result/v1",
+        "What one armed probe found in one window of one choice (REQ-000 PROBE, open point 4). "
+        "Generated from miserver's spec/openapi/v1.yaml (ProbeResult) by tools/schemas.py.",
+    )
+
+
+def build_probe() -> str:
+    return _single(
+        API_SPEC,
+        "ProbeDefinition",
+        "mi-probe-v1.json",
+        "mi.probe/v1",
+        "A probe as a file: the JSON sidecar POST /api/probes/import reads. Generated from "
+        "miserver's spec/openapi/api.yaml (ProbeDefinition) by tools/schemas.py.",
+    )
+
+
+SCHEMAS = ROOT / "spec" / "schemas"
+PUBLISHED = {
+    OUT: build,
+    SCHEMAS / "mi-probe-result-v1.json": build_probe_result,
+    SCHEMAS / "mi-probe-v1.json": build_probe,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    text = build()
-    current = OUT.read_text(encoding="utf-8") if OUT.is_file() else None
-    if args.check:
-        if current != text:
-            log.error("%s is stale: run python -m tools.schemas", OUT.relative_to(ROOT))
-            return 1
-        log.info("%s is current", OUT.relative_to(ROOT))
-        return 0
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text, encoding="utf-8")
-    log.info("wrote %s", OUT.relative_to(ROOT))
-    return 0
+    stale = 0
+    for out, builder in PUBLISHED.items():
+        text = builder()
+        current = out.read_text(encoding="utf-8") if out.is_file() else None
+        if args.check:
+            if current != text:
+                log.error("%s is stale: run python -m tools.schemas", out.relative_to(ROOT))
+                stale += 1
+            else:
+                log.info("%s is current", out.relative_to(ROOT))
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        log.info("wrote %s", out.relative_to(ROOT))
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

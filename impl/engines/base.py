@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from .monitor import Monitor
+
 
 class EngineId(StrEnum):
     """The engines, one name each in code (the package under `engines/`).
@@ -49,6 +51,7 @@ class Capability(StrEnum):
     STRUCTURED_OUTPUT = "structured_output"
     TOOLS = "tools"
     SAE_ACTIVATIONS = "sae_activations"
+    MONITORING = "monitoring"  # probes read the residual stream (engines/monitor.py)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,9 +286,11 @@ class Batch(Protocol):
         params: SamplingParams,
         rng: Rng | None,
         steering: SteeringSource | None = None,
+        monitor: Monitor | None = None,
     ) -> BatchRow:
         """Prefill a prompt into a free row and pick its first token; the row's passes, its
-        prefill and every step, run under `steering` (engines with `steering` only)."""
+        prefill and every step, run under `steering` (engines with `steering` only) and feed
+        `monitor` (engines with `monitoring` only; the prefill then reuses no kept prefix)."""
         ...
 
     def step(self, rows: Sequence[BatchRow]) -> None:
@@ -410,6 +415,18 @@ class Engine(Protocol):
         object whose `rows()` gives them, [positions, width]); before this layer's steering
         delta with `pre_steering`, else after it (enter it inside `steered()`). Only engines
         with the `sae_activations` capability implement it."""
+        ...
+
+    def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:
+        """The token positions [start, end) of the last user message's content in
+        `render_chat(prompt)` (a probe's `last_user` window); None when it has no text.
+        Engines with the `monitoring` capability implement it."""
+        ...
+
+    def monitoring(self, monitor: Monitor) -> AbstractContextManager[None]:
+        """The generations run inside the block feed `monitor` from its layers, before each
+        layer's steering delta, and reuse no kept prefix. Only engines with the `monitoring`
+        capability implement it."""
         ...
 
     def close(self) -> None: ...

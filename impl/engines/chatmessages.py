@@ -159,9 +159,14 @@ def prefix_length(
     if at < 0 or not prefix:
         return 0
     head = tokenize(text[: at + len(prefix)])
+    return max(0, min(shared_prefix(head, ids), len(head) - 1))
+
+
+def shared_prefix(head: Sequence[int], ids: Sequence[int]) -> int:
+    """How many leading ids `head` and `ids` share."""
     shared = 0
     for a, b in zip(head, ids, strict=False):
         if a != b:
             break
         shared += 1
-    return max(0, min(shared, len(head) - 1))
+    return shared

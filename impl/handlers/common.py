@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from connexion.context import request
@@ -14,6 +15,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..errors import ApiError
 from ..http.body import location, parsed
 from ..http.sse import frames
+from ..probes.trace import HEADER as TRACE_HEADER
+from ..probes.trace import trace_id
 from ..serving.admission import Admission, admit
 from ..serving.completions.requests import GenerationRequest
 from ..serving.completions.service import CompletionService
@@ -110,6 +113,7 @@ def admitted(endpoint: str, model_id: str, body: Mapping[str, Any]) -> Admission
 async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:
     """A completion's JSON reply, or its SSE stream; errors propagate to the error handlers."""
     admission = admitted(req.endpoint, req.model_id, body)
+    admission = replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
     result = await _unless_disconnected(service().serve(req, admission))
     if result is None:
         return Response(status_code=CLIENT_CLOSED)

@@ -39,6 +39,7 @@ class Admission:
     capabilities: frozenset[Capability]
     ignored: tuple[str, ...]
     strict: bool
+    trace_id: str = ""  # the W3C trace the request joins (probes/trace.py)
 
     def honours(self, name: str) -> bool:
         """Whether this endpoint uses the field `name` on this model."""

@@ -39,6 +39,23 @@ MIGRATIONS: Sequence[str] = (
         PRIMARY KEY (model_id, sae_id, layer)
     );
     """,
+    """
+    CREATE TABLE probes (
+        name       TEXT PRIMARY KEY,
+        definition TEXT NOT NULL,
+        weight     BLOB NOT NULL,
+        armed      INTEGER NOT NULL DEFAULT 0,
+        created    REAL NOT NULL,
+        updated    REAL NOT NULL
+    );
+    CREATE TABLE probe_results (
+        seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+        probe      TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        body       TEXT NOT NULL
+    );
+    CREATE INDEX probe_results_request ON probe_results (request_id);
+    """,
 )
 
 

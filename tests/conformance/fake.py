@@ -17,6 +17,7 @@ Each name in `faults` breaks one thing:
     lenient_json        bodies are read as Python's json reads them: a name given twice, the
                         last one wins; 2,000 nested arrays, a 500
     lenient_values      lone surrogate escapes and numbers past int64 are taken as they come
+    probe_verdicts_unsorted  X-miLLM-Probe-Verdicts lists its entries in reverse order
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ FAULTS = (
     "lenient_json",
     "lenient_values",
     "activations_last_token",
+    "probe_verdicts_unsorted",
 )
+PROBE = "fake-probe"
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 MAX_DEPTH = 64
 INT64 = (-(2**63), 2**63 - 1)
 SURROGATE = re.compile("[\ud800-\udfff]")  # left in a decoded string only when unpaired
@@ -252,6 +256,53 @@ def _activations(body: dict[str, Any], completion: int, faults: frozenset[str]) 
 
 
 FINGERPRINT = f"millm:{MODEL}@0000000:float32/none:fake"
+
+
+def _probe_results(request: Request, reply_id: str) -> list[dict[str, Any]]:
+    """The armed fake probe's results (two windows), in the request's trace if it sent a valid
+    `traceparent` once."""
+    sent = request.headers.getlist("traceparent")
+    match = TRACEPARENT.fullmatch(sent[0]) if len(sent) == 1 else None
+    trace = match.group(1) if match and int(match.group(1), 16) else "f" * 32
+    results = []
+    for window, score in (("completion", 0.25), ("last_user", 0.75)):
+        flagged = score >= 0.5
+        results.append(
+            {
+                "schema": "mi.probe.result/v1",
+                "result_id": "pr_" + ("0" if flagged else "1") * 32,
+                "probe": PROBE,
+                "name": PROBE,
+                "window": window,
+                "index": 0,
+                "outcome": "scored",
+                "reason": "above_threshold" if flagged else "below_threshold",
+                "verdict": "flagged" if flagged else "clear",
+                "score": score,
+                "scored": True,
+                "threshold": 0.5,
+                "tokens": 3,
+                "layer": LAYER,
+                "detector_digest": "sha256:" + "a" * 64,
+                "decision_digest": "sha256:" + "b" * 64,
+                "served": {"backend": "serial", "engine": "fake", "model": MODEL},
+                "trace_id": trace,
+                "request_id": reply_id,
+                "created": 1700000000,
+            }
+        )
+    return results
+
+
+def _probe_header(results: list[dict[str, Any]], faults: frozenset[str]) -> str:
+    entries = [
+        f'"{r["probe"]}";window={r["window"]};verdict={r["verdict"]};score="{r["score"]!r}";'
+        f"reason={r['reason']}"
+        for r in results
+    ]
+    return ", ".join(reversed(entries) if "probe_verdicts_unsorted" in faults else entries)
+
+
 TOP = {"Hello": -0.25, "Hi": -2.0, "Hey": -3.0}
 
 
@@ -291,7 +342,11 @@ def fake_app(
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
     def chunks(
-        body: dict[str, Any], obj: str, texts: list[str], delta: bool
+        body: dict[str, Any],
+        obj: str,
+        texts: list[str],
+        delta: bool,
+        verdicts: list[dict[str, Any]] | None = None,
     ) -> Iterator[dict[str, Any]]:
         base: dict[str, Any] = {"id": "chatcmpl-fake" if delta else "cmpl-fake", "object": obj}
         base |= {"created": 1, "model": MODEL, "system_fingerprint": FINGERPRINT}
@@ -318,6 +373,8 @@ def fake_app(
         if (extensions and not include) or "usage_twice" in faults:
             finish["usage"] = usage  # miLLM's finish chunk carries usage (OAI-STREAM-05)
         yield finish
+        if extensions and verdicts is not None:
+            yield base | {"choices": [], "millm_probe_verdicts": verdicts}
         if extensions and body.get("return_sae_activations"):
             yield base | {"choices": [], "millm": _activations(body, len(texts), faults)}
         last = base | {"choices": []} | ({"usage": usage} if include else {})
@@ -338,8 +395,10 @@ def fake_app(
         except Refusal as refusal:
             return fake.error(refusal)
         words = _words(body)
+        watched = extensions and not body.get("logprobs")  # scoring is never monitored
         if body.get("stream"):
-            return sse(chunks(body, "chat.completion.chunk", words, True), headers)
+            verdicts = _probe_results(request, "chatcmpl-fake") if watched else None
+            return sse(chunks(body, "chat.completion.chunk", words, True, verdicts), headers)
         if body.get("logprobs"):
             choice = _chat_scored(body)
         else:
@@ -349,6 +408,9 @@ def fake_app(
         reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": [choice]}
         if fake.extensions and body.get("return_sae_activations"):
             reply["millm"] = _activations(body, len(words), faults)
+        if watched:
+            reply["millm_probe_verdicts"] = _probe_results(request, "chatcmpl-fake")
+            headers["X-miLLM-Probe-Verdicts"] = _probe_header(reply["millm_probe_verdicts"], faults)
         return JSONResponse(reply | {"usage": _usage(body, len(words))}, headers=headers)
 
     async def completions(request: Request) -> Response:
@@ -359,8 +421,10 @@ def fake_app(
         except Refusal as refusal:
             return fake.error(refusal)
         words = _words(body)
+        watched = extensions and body.get("logprobs") is None  # scoring is never monitored
         if body.get("stream"):
-            return sse(chunks(body, "text_completion", words, False), headers)
+            verdicts = _probe_results(request, "cmpl-fake") if watched else None
+            return sse(chunks(body, "text_completion", words, False, verdicts), headers)
         prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
         if body.get("logprobs") is not None:
             choices = [_text_scored(prompts[0], body["logprobs"])]
@@ -371,6 +435,9 @@ def fake_app(
             ]
         reply = {"id": "cmpl-fake", "object": "text_completion", "created": 1700000000}
         reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": choices}
+        if watched:
+            reply["millm_probe_verdicts"] = _probe_results(request, "cmpl-fake")
+            headers["X-miLLM-Probe-Verdicts"] = _probe_header(reply["millm_probe_verdicts"], faults)
         return JSONResponse(reply | {"usage": _usage(body, len(words))}, headers=headers)
 
     async def models(request: Request) -> Response:
@@ -397,6 +464,10 @@ def fake_app(
         state = {"model": MODEL, "epoch": 1, "steering": "none", "attachments": [attachment]}
         return JSONResponse(state | {"active_profile": None})
 
+    async def probes(request: Request) -> Response:
+        listed = {"name": PROBE, "armed": True, "windows": ["last_user", "completion"]}
+        return JSONResponse({"object": "list", "data": [listed]})
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -406,6 +477,7 @@ def fake_app(
     ]
     if extensions:
         routes.append(Route("/api/steering", steering))
+        routes.append(Route("/api/probes", probes))
     app = Starlette(routes=routes)
     if api_key is not None:
         app.add_middleware(BaseHTTPMiddleware, dispatch=_key_check(fake, api_key))

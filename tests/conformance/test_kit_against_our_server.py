@@ -34,6 +34,9 @@ KNOWN_BUGS: dict[str, str] = {}  # check name -> the server bug it finds (xfail,
 GGUF_NOT_OFFERED = {
     "activations_reply",
     "activations_stream_chunk",
+    "probe_verdicts_reply",
+    "probe_verdicts_stream_chunk",
+    "probe_trace_context",
     "completion_scoring_shape",
     "chat_scoring_shape",
     "scoring_needs_one_token",
@@ -43,8 +46,11 @@ GGUF_CHECKS = [*sorted(GGUF_NOT_OFFERED), "chat_stream_framing", "ignored_fields
 
 
 @pytest.fixture(scope="module")
-def steering_server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[str]:
-    """SmolLM2 on transformers with the trained SAE attached; yields the /v1 base URL."""
+def steering_server(
+    tmp_path_factory: pytest.TempPathFactory, saes_dir: Path, trained_probe: Path
+) -> Iterator[str]:
+    """SmolLM2 on transformers with the trained SAE attached and the trained probe armed;
+    yields the /v1 base URL."""
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("kit-data"),
         cache_dir=cache_dir(),
@@ -54,6 +60,9 @@ def steering_server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) ->
     with serving(Server(settings)) as origin:
         attached = httpx.post(f"{origin}/api/steering/attachments", json={"sae_id": SAE_ID})
         assert attached.status_code in (200, 201), attached.text
+        probe = {"path": str(trained_probe), "armed": True}
+        imported = httpx.post(f"{origin}/api/probes/import", json=probe)
+        assert imported.status_code == 201, imported.text
         yield f"{origin}/v1"
 
 
@@ -113,7 +122,8 @@ def gguf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_gguf_refusals_are_not_offered(gguf_server: str) -> None:
     """OAI-SCORE-21, OAI-CSCORE-23, OAI-INL-24, OAI-VALID-17: on GGUF, scoring is refused
-    (field_not_honoured) and no SAE can attach, so those checks are "not offered"; the
+    (field_not_honoured), no SAE can attach and no probe is armed, so those checks are
+    "not offered"; the
     others still pass; exit 0."""
     report = run(gguf_server, checks=GGUF_CHECKS, max_examples=EXAMPLES)
     assert report.model == GGUF_MODEL_ID

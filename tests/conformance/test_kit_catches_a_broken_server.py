@@ -23,6 +23,9 @@ EXAMPLES = "3"
 EXTENSION_CHECKS = {
     "activations_reply",
     "activations_stream_chunk",
+    "probe_verdicts_reply",
+    "probe_verdicts_stream_chunk",
+    "probe_trace_context",
     "openapi_conformance",
     "completion_scoring_shape",
     "chat_scoring_shape",
@@ -45,6 +48,7 @@ CAUGHT = {
     "lenient_json": ("strict_json_bodies", "OAI-VALID-01"),
     "lenient_values": ("unrepresentable_values_refused", "OAI-ERR-01"),
     "activations_last_token": ("activations_reply", "OAI-ACT-05"),
+    "probe_verdicts_unsorted": ("probe_verdicts_reply", "OAI-PROBE-03"),
 }
 
 
@@ -92,8 +96,8 @@ def test_each_fault_is_reported_by_requirement_id(
     fault: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """OAI-ERR-01, OAI-STREAM-02, OAI-STREAM-05, OAI-HDR-15, OAI-GRAM-03, OAI-HASH-19,
-    OAI-VALID-01, OAI-ACT-05: the table marks the broken ID's row FAILED, the details name
-    the ID and say what was expected, and the exit status is 1. The old stream endings
+    OAI-VALID-01, OAI-ACT-05, OAI-PROBE-03: the table marks the broken ID's row FAILED, the
+    details name the ID and say what was expected, and the exit status is 1. The old stream endings
     (usage on the finish chunk and on a usage chunk; a steering chunk of its own with
     created 0) and a body read as lenient JSON (contract 0.4.0) are faults now."""
     name, requirement = CAUGHT[fault]

@@ -211,3 +211,43 @@ def test_activations_through_the_sdk(sdk: OpenAI) -> None:
         values = [f["value"] for f in theirs["features"]]
         assert [f["value"] for f in ours["features"]] == pytest.approx(values, rel=1e-4)
     assert "millm_steering" in chunks[-1]
+
+
+def test_probe_verdicts_through_the_sdk(
+    sdk: OpenAI, api: httpx.Client, trained_probe: Path
+) -> None:
+    """OAI-PROBE-01/02/05/08/15 through the official client: with the French probe armed,
+    the raw reply carries X-miLLM-Probe-Verdicts and `millm_probe_verdicts` (in the trace
+    `traceparent` names), a streamed reply carries them on one `choices: []` chunk before the
+    steering chunk, and disarmed nothing is added."""
+    imported = api.post("/probes/import", json={"path": str(trained_probe), "armed": True})
+    assert imported.status_code in (200, 201), imported.text
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    messages: Any = [{"role": "user", "content": "Où se trouve la gare, s'il vous plaît ?"}]
+    try:
+        raw = sdk.chat.completions.with_raw_response.create(
+            model=MODEL_ID,
+            messages=messages,
+            max_tokens=6,
+            temperature=0,
+            extra_headers={"traceparent": f"00-{trace}-00f067aa0ba902b7-01"},
+        )
+        reply = raw.parse()
+        results = (reply.model_extra or {})["millm_probe_verdicts"]
+        header = raw.headers["X-miLLM-Probe-Verdicts"]
+        assert '"french";window=last_user;verdict=flagged' in header
+        assert {r["trace_id"] for r in results} == {trace}
+        assert {r["request_id"] for r in results} == {reply.id}
+        stream = sdk.completions.create(
+            model=MODEL_ID, prompt="Il était une fois", max_tokens=4, temperature=0, stream=True
+        )
+        chunks = [(c.model_extra or {}) for c in stream]
+        carrying = [i for i, extra in enumerate(chunks) if "millm_probe_verdicts" in extra]
+        assert carrying == [len(chunks) - 2] and "millm_steering" in chunks[-1]
+    finally:
+        assert api.delete("/probes/french", headers=JSON).status_code == 200
+    plain = sdk.chat.completions.with_raw_response.create(
+        model=MODEL_ID, messages=messages, max_tokens=2
+    )
+    assert "X-miLLM-Probe-Verdicts" not in plain.headers
+    assert "millm_probe_verdicts" not in (plain.parse().model_extra or {})

@@ -115,6 +115,7 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
             "structured_output",
             "tools",
             "sae_activations",
+            "monitoring",
         }
     )
 

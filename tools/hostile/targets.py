@@ -2,7 +2,8 @@
 
 A base body is valid, cheap (one token at most) and leaves nothing behind that
 changes a later reply: its model, SAE and profile names do not exist (the
-profile `hostile` is created and deleted; it is never made active), and the
+profile `hostile` is created and deleted; it is never made active; the probe
+`hostile` likewise, never armed), and the
 config change names an unknown key. The corpus's cases are edits of these
 bodies; `routes.json` carries them, so the tests and the bench read them as data.
 """
@@ -110,6 +111,20 @@ _PROFILE: dict[str, Any] = {
     "intensity": 1.0,
     "intensity_range": [0.5, 1.5],
 }
+_PROBE: dict[str, Any] = {
+    "detector": {
+        "kind": "linear",
+        "layer": 0,
+        "weight": [0.5, -0.5],
+        "bias": 0.0,
+        "link": "identity",
+    },
+    "threshold": 1.0,
+    "windows": ["prompt", "last_user"],
+    "aggregate": "mean",
+    "description": "A hostile probe, never armed.",
+    "armed": False,
+}
 
 # name: (method, path, base body or None)
 TARGETS: dict[str, tuple[str, str, Any]] = {
@@ -167,6 +182,20 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "active-profile-put": ("PUT", "/api/steering/active-profile", {"name": "hostile-none"}),
     "profile-put": ("PUT", "/api/profiles/hostile", _PROFILE),
     "profile-delete": ("DELETE", "/api/profiles/hostile", None),
+    "probe-put": ("PUT", "/api/probes/hostile", _PROBE),
+    "probe-delete": ("DELETE", "/api/probes/hostile", None),
+    "probe-arm": ("POST", "/api/probes/hostile-none/arm", None),
+    "probe-disarm": ("POST", "/api/probes/hostile/disarm", None),
+    "probe-import": (
+        "POST",
+        "/api/probes/import",
+        {"path": "/nonexistent/hostile-probe.json", "armed": False},
+    ),
+    "probe-score": (
+        "POST",
+        "/api/probes/score",
+        {"model": MODEL, "input": "Say hi.", "probes": ["hostile"]},
+    ),
     "config-put": (
         "PUT",
         "/api/config",
@@ -186,6 +215,9 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "active-profile": ("GET", "/api/steering/active-profile", None),
     "profiles": ("GET", "/api/profiles", None),
     "profile": ("GET", "/api/profiles/hostile", None),
+    "probes": ("GET", "/api/probes", None),
+    "probe": ("GET", "/api/probes/hostile", None),
+    "probe-events": ("GET", "/api/probes/events", None),
     "params": ("GET", "/api/params", None),
     "config": ("GET", "/api/config", None),
 }

@@ -28,6 +28,7 @@ from ..base import (
 )
 from ..chatmessages import decision_prompt, prefix_length
 from ..grammar import Grammars
+from ..monitor import Monitor
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding, grammar
 from .batch import Row, Rows
@@ -134,6 +135,10 @@ class LlamaCppEngine:
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         return chat.render_chat(self._template, self._tokenize_rendered, prompt)
 
+    def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:
+        """Probes read nothing on this engine, so they need no window."""
+        raise NotImplementedError("the llama.cpp engine reads no residual stream for probes")
+
     def _tokenize_rendered(self, text: str, add_special_tokens: bool) -> list[int]:
         return self.tokenize(text, add_special_tokens=add_special_tokens)
 
@@ -220,6 +225,12 @@ class LlamaCppEngine:
         raise NotImplementedError("the llama.cpp engine reads no activations (OAI-ACT-24)")
         yield
 
+    @contextmanager
+    def monitoring(self, monitor: Monitor) -> Iterator[None]:
+        """llama.cpp exposes no layer's output here: probes report `engine_unsupported`."""
+        raise NotImplementedError("the llama.cpp engine reads no residual stream for probes")
+        yield
+
     def close(self) -> None:
         """Free the model and its context; a later call that needs them fails."""
         if self._context is None:
@@ -247,9 +258,12 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         params: SamplingParams,
         rng: Rng | None,
         steering: SteeringSource | None = None,
+        monitor: Monitor | None = None,
     ) -> Row:
         if steering is not None and steering.layers():
             raise ValueError("the GGUF engine cannot steer")
+        if monitor is not None:
+            raise ValueError("the GGUF engine reads no residual stream for probes")
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
         check_ids(prompt_ids, self._engine.facts.vocab_size)

@@ -36,7 +36,9 @@ from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from ..base import SamplingParams, SteeringSource, Token
+from ..monitor import Monitor
 from ..rows import prompt_row
+from .capture import monitored, monitored_rows
 from .decoding import DecodeSettings, Sampler
 from .grammar import Guide
 from .prefix import Held, crop, usable_prefix
@@ -53,6 +55,7 @@ class Row:
     sampler: Sampler
     guide: Guide | None = None
     steering: SteeringSource | None = None
+    monitor: Monitor | None = None  # what the row's probes read (engines/monitor.py)
     key: Hashable = ()  # the steering state its prefill ran under (for reuse of its KV)
     cached: int = 0  # prompt tokens a kept cache already held
     open: bool = True
@@ -90,16 +93,18 @@ class Rows:
         rng: torch.Generator | None = None,
         guide: Guide | None = None,
         steering: SteeringSource | None = None,
+        monitor: Monitor | None = None,
     ) -> Row:
         """Prefill `prompt_ids` alone under `steering`, pick its first token, then merge its
-        keys and values into the batch."""
+        keys and values into the batch. A monitored row reads every position: no kept prefix."""
         ids = prompt_row(prompt_ids, self.window)
         if len(self._rows) >= self.capacity:
             raise RuntimeError("every row of the batch is taken")
         key = () if steering is None else steering.key()
-        held, cached = self._take(ids, key, reuse=rng is None)
+        held, cached = self._take(ids, key, reuse=rng is None and monitor is None)
         hooks = nullcontext() if steering is None else steered(self._model, steering)
-        with hooks, torch.inference_mode():
+        reads = nullcontext() if monitor is None else monitored(self._model, monitor)
+        with hooks, reads, torch.inference_mode():
             logits = held.feed(self._model, ids[cached:], self._extra).float()
         row = Row(
             ids=held.ids,
@@ -108,6 +113,7 @@ class Rows:
             sampler=Sampler(params, rng, guide),
             guide=guide,
             steering=steering,
+            monitor=monitor,
             key=key,
             cached=cached,
         )
@@ -124,8 +130,9 @@ class Rows:
         positions = [len(r.ids) for r in self._rows]
         mask = torch.cat([self._mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=1)
         rows_steering = steered_rows(self._model, [r.steering for r in self._rows])
+        reads = monitored_rows(self._model, [r.monitor for r in self._rows])
         try:
-            with rows_steering, torch.inference_mode():
+            with rows_steering, reads, torch.inference_mode():
                 out = self._model(
                     input_ids=torch.tensor(tokens, dtype=torch.long)[:, None],
                     attention_mask=mask,

@@ -1,4 +1,5 @@
-"""Reading one decoder layer's output while a generation runs (OAI-ACT).
+"""Reading decoder layers' outputs while a generation runs: activations (OAI-ACT) and the
+values probes read (`monitored`, `monitored_rows`; engines/monitor.py).
 
 `captured(model, layer, pre_steering=...)` hooks decoder layer `layer` for
 the block and keeps the residual stream it outputs at every position it
@@ -21,13 +22,14 @@ them once, for one batched encoding per request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
+from ..monitor import Monitor
 from .steering import hooked_layer
 
 
@@ -66,3 +68,62 @@ def captured(model: nn.Module, layer: int, *, pre_steering: bool) -> Iterator[Re
         yield residuals
     finally:
         handle.remove()
+
+
+def _hidden(output: Any) -> torch.Tensor:
+    hidden = output[0] if isinstance(output, tuple) else output
+    return cast(torch.Tensor, hidden)
+
+
+@contextmanager
+def monitored(model: nn.Module, monitor: Monitor) -> Iterator[None]:
+    """Feed `monitor` from each of its layers (a batch of one) while the block runs, ahead
+    of every hook on the layer (`prepend`): probes read before the layer's steering delta."""
+
+    def hook_for(layer: int) -> Callable[[nn.Module, Any, Any], None]:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            hidden = _hidden(output)
+            if hidden.dim() != 3 or hidden.shape[0] != 1:
+                raise ValueError(f"a monitor reads a batch of one, not {tuple(hidden.shape)}")
+            monitor.feed(layer, hidden[0].detach().float())
+
+        return hook
+
+    handles = [
+        hooked_layer(model, layer).register_forward_hook(hook_for(layer), prepend=True)
+        for layer in monitor.layers
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def monitored_rows(model: nn.Module, monitors: Sequence[Monitor | None]) -> Iterator[None]:
+    """One step of a batch: row i's newest position feeds `monitors[i]` (None: a row no
+    probe reads), ahead of every hook on the layer."""
+    layers = sorted({layer for m in monitors if m is not None for layer in m.layers})
+    if not layers:
+        yield
+        return
+
+    def hook_for(layer: int) -> Callable[[nn.Module, Any, Any], None]:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            hidden = _hidden(output)
+            for i, monitor in enumerate(monitors):
+                if monitor is not None:
+                    monitor.feed(layer, hidden[i, -1:].detach().float())
+
+        return hook
+
+    handles = [
+        hooked_layer(model, layer).register_forward_hook(hook_for(layer), prepend=True)
+        for layer in layers
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -27,10 +27,11 @@ from ..base import (
     Token,
 )
 from ..chatmessages import decision_prompt, prefix_length
+from ..monitor import Monitor
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding
 from .batch import Row, Rows, batchable
-from .capture import Residuals, captured
+from .capture import Residuals, captured, monitored
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
 from .grammar import Grammars
@@ -55,6 +56,7 @@ CAPABILITIES = frozenset(
         Capability.STRUCTURED_OUTPUT,
         Capability.TOOLS,
         Capability.SAE_ACTIVATIONS,
+        Capability.MONITORING,
     }
 )
 # An encoder (BERT-style) only embeds.
@@ -137,6 +139,9 @@ class TransformersEngine:
 
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         return chat.render_chat(self._tokenizer, prompt)
+
+    def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:
+        return chat.user_span(self._tokenizer, prompt)
 
     def new_rng(self, seed: int | None) -> Rng | None:
         return new_rng(seed)
@@ -240,6 +245,17 @@ class TransformersEngine:
             finally:
                 self._capturing -= 1
 
+    @contextmanager
+    def monitoring(self, monitor: Monitor) -> Iterator[None]:
+        """The generations run inside the block feed `monitor` (capture.monitored), before
+        each layer's steering delta, and reuse no kept prefix."""
+        with monitored(self.model, monitor):
+            self._capturing += 1
+            try:
+                yield
+            finally:
+                self._capturing -= 1
+
     def close(self) -> None:
         """Drop the model and the kept KV caches; a later call that needs the model fails."""
         self._prefix.close()
@@ -265,9 +281,12 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         params: SamplingParams,
         rng: Rng | None,
         steering: SteeringSource | None = None,
+        monitor: Monitor | None = None,
     ) -> Row:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
         constraint = params.constraint
         guide = None if constraint is None else self._grammars.guide(constraint)
-        return self._rows.join(prompt_ids, params, rng=rng, guide=guide, steering=steering)
+        return self._rows.join(
+            prompt_ids, params, rng=rng, guide=guide, steering=steering, monitor=monitor
+        )

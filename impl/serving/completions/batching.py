@@ -180,7 +180,9 @@ class Batcher:
             return
         try:
             job = member.job
-            member.row = self.batch.join(job.prompt_ids, job.params, job.rng, job.steering)
+            member.row = self.batch.join(
+                job.prompt_ids, job.params, job.rng, job.steering, monitor=job.monitor
+            )
         except Exception as exc:  # this prompt's fault or the engine's: this row only
             log.exception("joining the batch failed")
             member.end(ChoiceFailed(exc))

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 from ...engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource, Token
+from ...engines.monitor import Monitor
 from ...errors import ApiError
 from ..stops import StopMatcher
 from ..telemetry import Meter
@@ -83,10 +84,15 @@ class ChoiceJob:
     meter: Meter | None = None  # token and done events (GET /api/events)
     whole: bool = False  # the text goes out in one delta just before the end, not per token
     capture: Capture | None = None  # a layer's rows to read (serial path only, OAI-ACT-25)
+    monitor: Monitor | None = None  # what armed probes read (engines/monitor.py)
 
 
 def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
     return nullcontext() if job.steering is None else engine.steered(job.steering)
+
+
+def _monitored(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
+    return nullcontext() if job.monitor is None else engine.monitoring(job.monitor)
 
 
 def run_choice(
@@ -99,7 +105,7 @@ def run_choice(
     """
     end: ChoiceEnd | ChoiceFailed
     try:
-        with _steered(engine, job):
+        with _steered(engine, job), _monitored(engine, job):
             if job.capture is None:
                 end = _generate(engine, job, cancel, emit)
             else:

@@ -29,6 +29,7 @@ from ...engines.base import (
 from ...errors import ApiError, InvalidParameter
 from ...models.manager import ModelManager
 from ...models.registry import ModelEntry
+from ...probes.watch import Watch
 from ...steering.header import Unknown, serialize
 from ...steering.source import RequestSource
 from ..chat import schema_subset
@@ -67,6 +68,8 @@ class Plan:
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     prepared_for: Engine | None = None  # the engine `prepare` read the prompts with
     reading: Reading | None = None  # `return_sae_activations`, resolved (OAI-ACT)
+    watch: Watch | None = None  # the armed probes, while any is (REQ-000 PROBE)
+    user_spans: list[tuple[int, int] | None] = field(default_factory=list)  # `last_user`
 
     @property
     def output(self) -> OutputFormat | None:
@@ -233,6 +236,16 @@ async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
             plan.tools = plan.tools.loosened()
 
 
+def user_span(plan: Plan, engine: Engine, i: int) -> tuple[int, int] | None:
+    """Prompt i's `last_user` window: the last user message's content in the render served
+    (its tools shown, OAI-TOOLS-31); a text completion's whole prompt."""
+    prompt = plan.request.prompts[i]
+    if not isinstance(prompt, ChatPrompt):
+        return (0, len(plan.prompt_ids[i]))
+    honoured = Capability.TOOLS in engine.capabilities
+    return engine.user_span(shown(plan.tools, prompt, engine.chat_template, honoured))
+
+
 def _may_reason(plan: Plan) -> bool:
     """Whether a reasoning span is read off the reply: a generated chat reply that neither a
     grammar nor a forced call's opening holds from its first token (LOC-CHAT-40)."""
@@ -305,4 +318,5 @@ def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, *, meter: Meter | N
         meter=meter,
         whole=not r.stream,  # a JSON reply is read whole: no wake-up of the loop per token
         capture=None if plan.reading is None else plan.reading.capture,
+        monitor=None if plan.watch is None else plan.watch.monitor(),
     )

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ... import headers as hdr
@@ -27,6 +28,11 @@ from ...engines.base import (
 from ...errors import ApiError, FieldNotHonoured, InvalidParameter
 from ...models.manager import ModelManager
 from ...models.registry import ModelEntry
+from ...probes.admin import ProbeAdmin
+from ...probes.trace import fresh
+from ...probes.verdicts import order
+from ...probes.verdicts import serialize as serialize_verdicts
+from ...probes.watch import Served, Watch, Windows
 from ...settings import Settings
 from ...steering.live import LiveSteering
 from ...steering.request import Resolution, resolve_steering
@@ -46,7 +52,8 @@ from .activations import Reading, check_entries, read, resolve
 from .batching import Batcher, Progress
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob, TextDelta, choice_events
-from .plan import Plan, Tally, job, prepare, without_unused
+from .plan import Plan, Tally, is_short, job, prepare, user_span, without_unused
+from .probing import shape
 from .requests import GenerationRequest, with_thinking
 from .scoring import (
     ScoringAsk,
@@ -72,7 +79,9 @@ class CompletionService:
         generating: Callable[[], AbstractContextManager[None]],
         bus: EventBus,
         defaults: Callable[[], RequestDefaults] = RequestDefaults,
+        probes: ProbeAdmin | None = None,
     ) -> None:
+        self._probes = probes  # the armed probes, and where their results are recorded
         self._defaults = defaults  # the config's, read per request
         self._generating = generating  # counts a generation in /api/info while it runs
         self._bus = bus
@@ -115,7 +124,13 @@ class CompletionService:
             headers[hdr.CONSTRAINED] = req.output.header()
         used = without_unused(req, [*admission.ignored, *unused])  # an unused field does nothing
         used = used if thinking is None else with_thinking(used, thinking)
-        plan = Plan(request=used, entry=admission.entry, defaults=defaults, reading=reading)
+        plan = Plan(
+            request=used,
+            entry=admission.entry,
+            defaults=defaults,
+            reading=reading,
+            watch=self._watch(admission),
+        )
         return await (self._stream(plan, headers) if req.stream else self._reply(plan, headers))
 
     def _refusals(
@@ -199,6 +214,74 @@ class CompletionService:
         prompt_tokens = len(plan.prompt_ids[0])
         body = read(plan.reading, captured.rows, captured.token_ids, prompt_tokens)
         return {"sae_activations": body}
+
+    # -- probes ------------------------------------------------------------------
+
+    def _watch(self, admission: Admission) -> Watch | None:
+        """The probes armed as the request came in; None while none is: the response is
+        then what it would be without probes, byte for byte (OAI-PROBE-06)."""
+        armed = () if self._probes is None else self._probes.armed()
+        return Watch(armed, admission.trace_id or fresh()) if armed else None
+
+    async def _prepared(self, plan: Plan, engine: Engine) -> None:
+        """What needs the prompts' ids: the activations' entry count, and the armed
+        probes resolved against the model with their `last_user` windows."""
+        self._check_entries(plan)
+        watch = plan.watch
+        if watch is None:
+            return
+        watch.resolve(shape(engine, plan.entry.model_id, self._live))
+        plan.user_spans = [None] * len(plan.prompt_ids)
+        if watch.needs_user:
+            for i, prompt in enumerate(plan.request.prompts):
+                span = partial(user_span, plan, engine, i)
+                inline = is_short(prompt, plan.tools)
+                plan.user_spans[i] = await self._manager.tokenize(span, inline=inline)
+
+    def _verdicts(
+        self, plan: Plan, engine: Engine, run: Started, request_id: str, end: ChoiceEnd | None
+    ) -> list[dict[str, Any]]:
+        """One choice's probe results; `end` None: it ended early (`interrupted`)."""
+        watch = plan.watch
+        if watch is None:
+            return []
+        fed = INTERRUPTED_FED if end is None else max(0, end.completion_tokens - 1)
+        user = plan.user_spans[run.prompt] if plan.user_spans else None
+        windows = Windows(prompt=len(plan.prompt_ids[run.prompt]), fed=fed, user=user)
+        served = Served(
+            backend="batch" if run.ticket.shared else "serial",
+            engine=engine.facts.engine,
+            model=plan.entry.model_id,
+        )
+        interrupted = None if end is not None else (run.interrupted or "client_disconnected")
+        return watch.results(
+            run.job.monitor,
+            windows,
+            index=run.index,
+            served=served,
+            request_id=request_id,
+            interrupted=interrupted,
+        )
+
+    def _record_interrupted(
+        self, plan: Plan, engine: Engine, runs: list[Started], request_id: str, reason: str
+    ) -> None:
+        """A response that never went out whole: every started choice's results, recorded
+        as `interrupted` and never sent (OAI-PROBE-09)."""
+        if plan.watch is None or self._probes is None or not runs:
+            return
+        results = []
+        for run in runs:
+            run.interrupted = reason
+            results.extend(self._verdicts(plan, engine, run, request_id, None))
+        try:
+            self._probes.record(sorted(results, key=order))
+        except Exception:  # the response has failed already; its results are logged instead
+            log.exception("recording %d interrupted probe results failed", len(results))
+
+    async def _record(self, results: list[dict[str, Any]]) -> None:
+        if self._probes is not None and results:
+            await asyncio.to_thread(self._probes.record, results)
 
     # -- steering ----------------------------------------------------------------
 
@@ -335,22 +418,35 @@ class CompletionService:
         resident = self._manager.engine_if_resident(plan.entry)
         if resident is not None:  # prepared first: whether it runs as a row needs its sizes
             await prepare(plan, resident, self._manager)
-            self._check_entries(plan)
+            await self._prepared(plan, resident)
+        env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
+        runs: list[Started] = []
         async with self._holding(plan.entry, shared=self._as_row(plan)) as slot:
             engine = slot.engine
             if plan.prepared_for is not engine:
                 await prepare(plan, engine, self._manager)
-                self._check_entries(plan)
+                await self._prepared(plan, engine)
             self._start_steering(plan, engine)
-            with self._generating():
-                choices, tally, last = await self._generate_all(plan, engine, slot.ticket)
-        env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
+            try:
+                with self._generating():
+                    choices, tally, last, verdicts = await self._generate_all(
+                        plan, engine, slot.ticket, env.id, runs
+                    )
+            except BaseException as exc:  # the client left, or the generation failed
+                reason = "generation_failed" if isinstance(exc, Exception) else _GONE
+                self._record_interrupted(plan, engine, runs, env.id, reason)
+                raise
         body = env.body(choices, tally.usage(plan), shapes.fingerprint(engine.facts))
         millm = None if last is None else self._millm(plan, last)
         if millm is not None:  # only when asked: no `millm` key otherwise (OAI-ACT-15)
             body["millm"] = millm
         steering = plan.steering_header()
-        return Reply(body, {**headers, **format_header(plan.tools), hdr.STEERING: steering})
+        headers = {**headers, **format_header(plan.tools), hdr.STEERING: steering}
+        if plan.watch is not None:  # only while a probe is armed (OAI-PROBE-06)
+            body["millm_probe_verdicts"] = verdicts
+            headers[hdr.PROBE_VERDICTS] = serialize_verdicts(verdicts, choices=len(choices))
+            await self._record(verdicts)
+        return Reply(body, headers)
 
     def _meter(self, plan: Plan, i: int) -> Meter | None:
         """Token and done telemetry, measured only while someone listens to /api/events."""
@@ -365,21 +461,26 @@ class CompletionService:
         )
 
     async def _generate_all(
-        self, plan: Plan, engine: Engine, ticket: Ticket
-    ) -> tuple[list[dict[str, Any]], Tally, ChoiceEnd | None]:
-        """Every choice, the counts, and the last choice's end (a reading's rows ride on it)."""
+        self, plan: Plan, engine: Engine, ticket: Ticket, request_id: str, runs: list[Started]
+    ) -> tuple[list[dict[str, Any]], Tally, ChoiceEnd | None, list[dict[str, Any]]]:
+        """Every choice, the counts, the last choice's end (a reading's rows ride on it), and
+        the probe results, sorted (`runs` collects the choices as they start)."""
         r = plan.request
         choices: list[dict[str, Any]] = []
         tally = Tally()
         end: ChoiceEnd | None = None
+        verdicts: list[dict[str, Any]] = []
         for i in range(len(r.prompts)):
             rng = engine.new_rng(r.seed)
             for k in range(r.n):
                 work = job(plan, i, rng, ticket, meter=self._meter(plan, i))
+                run = Started(job=work, index=len(choices), prompt=i, ticket=ticket)
+                runs.append(run)
                 text, end = await self._collect(self._choice_events(engine, work, ticket))
                 choices.append(plan.choice(len(choices), text, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
-        return choices, tally, end
+                verdicts.extend(self._verdicts(plan, engine, run, request_id, end))
+        return choices, tally, end, sorted(verdicts, key=order)
 
     async def _collect(self, events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[str, ChoiceEnd]:
         parts: list[str] = []
@@ -411,13 +512,13 @@ class CompletionService:
             ticket, engine = slot.ticket, slot.engine
             try:
                 await prepare(plan, engine, self._manager)
-                self._check_entries(plan)
+                await self._prepared(plan, engine)
             except BaseException:
                 self._scheduler.leave(ticket)
                 raise
         else:
             await prepare(plan, engine, self._manager)
-            self._check_entries(plan)
+            await self._prepared(plan, engine)
             ticket = self._scheduler.enter(shared=self._as_row(plan))
         events = self._events(plan, ticket)
         # A stream whose body never starts (client gone first) still gives its place back.
@@ -436,35 +537,70 @@ class CompletionService:
             ticket, engine = slot.ticket, slot.engine
             if plan.prepared_for is not engine:  # reloaded while this request waited
                 await prepare(plan, engine, self._manager)
+                await self._prepared(plan, engine)
             self._start_steering(plan, engine)
             env = shapes.Envelope.new(plan.request.endpoint, plan.entry.model_id)
             out = env.chunks(shapes.fingerprint(engine.facts), plan.request.include_usage)
-            tally = Tally()
-            last = len(plan.request.prompts) - 1
-            millm = None
+            async for chunk in self._streamed(plan, engine, out, ticket):
+                yield chunk
+        finally:
+            self._scheduler.leave(ticket)
+
+    async def _streamed(
+        self, plan: Plan, engine: Engine, out: shapes.Chunks, ticket: Ticket
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The stream's chunks once the slot is held: the choices, then the probe verdicts,
+        the activations and the steering chunk (OAI-PROBE-08, open point 19). A stream that
+        ends early records its probe results as `interrupted` (OAI-PROBE-09)."""
+        tally = Tally()
+        last = len(plan.request.prompts) - 1
+        millm = None
+        runs: list[Started] = []
+        verdicts: list[dict[str, Any]] = []
+        request_id = out.envelope.id
+        try:
             with self._generating():
                 for i in range(last + 1):
-                    async for item in self._choice_chunks(plan, engine, out, i, ticket=ticket):
+                    chunks = self._choice_chunks(plan, engine, out, i, ticket=ticket, runs=runs)
+                    async for item in chunks:
                         if isinstance(item, _Finished):
                             tally.add(item.end, first_of_prompt=True)
                             millm = self._millm(plan, item.end)
+                            verdicts.extend(
+                                self._verdicts(plan, engine, runs[-1], request_id, item.end)
+                            )
                             # one usage per stream: the whole request's, never per choice
                             usage = tally.usage(plan) if i == last else None
                             yield out.finish([item.choice], usage)
                         else:
                             yield item
-            if millm is not None:  # the activations, then the steering chunk (open point 19)
-                yield out.millm(millm)
-            yield out.last(plan.steering_header(), tally.usage(plan))
-        finally:
-            self._scheduler.leave(ticket)
+        except BaseException as exc:  # the client left, or the generation failed
+            reason = "generation_failed" if isinstance(exc, Exception) else _GONE
+            self._record_interrupted(plan, engine, runs, request_id, reason)
+            raise
+        if plan.watch is not None:  # only while a probe is armed (OAI-PROBE-06)
+            verdicts.sort(key=order)
+            await self._record(verdicts)
+            yield out.verdicts(verdicts)
+        if millm is not None:  # the activations, then the steering chunk (open point 19)
+            yield out.millm(millm)
+        yield out.last(plan.steering_header(), tally.usage(plan))
 
     async def _choice_chunks(
-        self, plan: Plan, engine: Engine, out: shapes.Chunks, i: int, *, ticket: Ticket
+        self,
+        plan: Plan,
+        engine: Engine,
+        out: shapes.Chunks,
+        i: int,
+        *,
+        ticket: Ticket,
+        runs: list[Started],
     ) -> AsyncIterator[dict[str, Any] | _Finished]:
-        """Prompt i's content chunks, then its finish (the caller adds the usage)."""
+        """Prompt i's content chunks, then its finish (the caller adds the usage); the
+        choice joins `runs` as it starts."""
         endpoint = plan.request.endpoint
         work = job(plan, i, engine.new_rng(plan.request.seed), ticket, meter=self._meter(plan, i))
+        runs.append(Started(job=work, index=i, prompt=i, ticket=ticket))
         events = self._choice_events(engine, work, ticket)  # it starts while the role goes out
         if endpoint == "chat":
             yield out.content([shapes.delta(endpoint, i, "", None, role=True)])
@@ -488,6 +624,21 @@ class CompletionService:
                     reason = "tool_calls"
                 yield _Finished(shapes.delta(endpoint, i, None, reason), event)
                 return
+
+
+_GONE = "client_disconnected"
+INTERRUPTED_FED = 2**62  # an ended-early choice's window reads every value its monitor got
+
+
+@dataclass(slots=True, kw_only=True)
+class Started:
+    """A choice whose generation started: what its probe results need."""
+
+    job: ChoiceJob
+    index: int  # the choice's index in the response
+    prompt: int  # its prompt's index
+    ticket: Ticket
+    interrupted: str | None = None  # why it ended early, once it did
 
 
 @dataclass(frozen=True, slots=True)

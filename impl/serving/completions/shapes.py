@@ -85,6 +85,13 @@ class Chunks:
         chunk["millm"] = millm
         return chunk
 
+    def verdicts(self, results: list[dict[str, Any]]) -> dict[str, Any]:
+        """A `choices: []` chunk carrying `millm_probe_verdicts` (OAI-PROBE-08): after the
+        choices' chunks, before the activations and the last."""
+        chunk = self._chunk([])
+        chunk["millm_probe_verdicts"] = results
+        return chunk
+
     def last(self, steering: str, usage: dict[str, Any]) -> dict[str, Any]:
         """The last chunk before `[DONE]`: `choices: []`, `millm_steering` (OAI-STREAM-08,
         OAI-STREAM-10) and, with `include_usage`, the whole request's usage."""
