@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from connexion.context import request
 from starlette.responses import JSONResponse
 
 from ..generated import api
+from ..models.locator import is_loopback_peer
 from ..probes.admin import ProbeAdmin
 from .common import parse_local, request_body, state
 
@@ -34,6 +36,8 @@ async def put_probe(name: str) -> JSONResponse:
 async def import_probe() -> JSONResponse:
     """POST /api/probes/import: a `mi.probe/v1` sidecar on this machine."""
     req = parse_local(api.ProbeImport, request_body())
+    local = is_loopback_peer(request.scope)  # a network peer reads only the model folders
+    state().session.locator.check_file(req.path, peer_local=local, param="path")
     view, created = _admin().import_file(req.path, req.armed)
     return JSONResponse(view, status_code=201 if created else 200)
 

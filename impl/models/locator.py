@@ -78,6 +78,23 @@ class ModelLocator:
         roots = (self.registry.models_dir, *self.scan_dirs)
         return any(path != root and path.is_relative_to(root) for root in _canonical(roots))
 
+    def check_file(self, path: str, *, peer_local: bool, param: str) -> None:
+        """403 outside_models_dir for a file (a probe's sidecar) a confined peer names
+        outside the model folders, before anything is read (LOC-SEC-58, LOC-SEC-61)."""
+        if not self.confined(peer_local):
+            return
+        try:
+            canonical = Path(path).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise ApiError("invalid_parameter", f"`{param}` is not a usable path", param) from exc
+        if not self.allowed(canonical):
+            raise ApiError(
+                "outside_models_dir",
+                "This client may read files only inside the models directory or a scan "
+                "directory; the path resolves elsewhere.",
+                param,
+            )
+
     def check(self, model: str, *, peer_local: bool) -> None:
         """403 outside_models_dir for a path this peer may not open; ids always pass."""
         if self.confined(peer_local) and not self._is_id(model):

@@ -423,9 +423,11 @@ def test_last_user_in_the_render_with_tools(server: TestClient) -> None:
 def test_rows_of_a_batch_keep_their_own_verdicts_and_gguf_skips(
     tmp_path: Path, saes_dir: Path, trained_probe: Path
 ) -> None:
-    """Issue 18 (rows of #12), OAI-PROBE-12: with continuous batching, a French and an
-    English request decoded as rows of one batch each get their own verdicts, served
-    `batch`; on the GGUF engine every result is `skipped` (`engine_unsupported`)."""
+    """Issue 18 (rows of #12), OAI-PROBE-12, OAI-ACT-25: with continuous batching, a French
+    and an English request decoded as rows of one batch each get their own verdicts, served
+    `batch`, while a request reading activations at the same time is served on the serial
+    path with its own positions; on the GGUF engine every result is `skipped`
+    (`engine_unsupported`)."""
     app = Server(steering_settings(tmp_path / "data", saes_dir), preload=False)
     with (
         uvicorn_serving(app) as port,
@@ -444,12 +446,17 @@ def test_rows_of_a_batch_keep_their_own_verdicts_and_gguf_skips(
         while http.get("/api/health/inference").json()["model"] != MODEL_ID:
             assert time.monotonic() < deadline
             time.sleep(0.2)
+        attached = http.post("/api/steering/attachments", json={"sae_id": SAE_ID})
+        assert attached.status_code in (200, 201), attached.text
         answers: dict[str, httpx.Response] = {}
+        reading = {"return_sae_activations": {"positions": "all", "top_k": 2}}
 
         def ask(text: str) -> None:
-            answers[text] = http.post(CHAT, json=chat(text, max_tokens=24))
+            extra = reading if text == "reading" else {}
+            answers[text] = http.post(CHAT, json=chat(text, max_tokens=24, **extra))
 
-        threads = [threading.Thread(target=ask, args=(t,)) for t in (FRENCH, ENGLISH)]
+        asks = (FRENCH, ENGLISH, "reading")
+        threads = [threading.Thread(target=ask, args=(t,)) for t in asks]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -459,6 +466,10 @@ def test_rows_of_a_batch_keep_their_own_verdicts_and_gguf_skips(
         assert french["last_user"]["verdict"] == "flagged"
         assert english["last_user"]["verdict"] == "clear"
         assert {r["served"]["backend"] for r in (*french.values(), *english.values())} == {"batch"}
+        read = answers["reading"].json()
+        fed = read["usage"]["prompt_tokens"] + read["usage"]["completion_tokens"] - 1
+        assert len(read["millm"]["sae_activations"]["positions"]) == fed
+        assert {r["served"]["backend"] for r in verdicts(answers["reading"])} == {"serial"}
         gguf = http.post(CHAT, json={**chat(FRENCH), "model": GGUF_ID})
         skipped = verdicts(gguf)
     assert {(r["outcome"], r["reason"], r["verdict"]) for r in skipped} == {
@@ -486,3 +497,27 @@ def test_user_span_is_the_last_user_messages_content(reference: TransformersEngi
     earlier = reference.user_span(ChatPrompt(messages=messages[:2]))
     assert earlier is not None and earlier[0] < span[0]
     assert reference.user_span(ChatPrompt(messages=[messages[0]])) is None
+
+
+def test_a_network_peer_imports_sidecars_only_from_the_model_folders(
+    tmp_path: Path, trained_probe: Path
+) -> None:
+    """LOC-SEC-58, LOC-SEC-61 for the probe routes: a peer that is not loopback may not make
+    the server read a sidecar outside the model folders (403 outside_models_dir naming
+    `path`, before the file is read); a loopback peer may."""
+    settings = steering_settings(tmp_path / "data", tmp_path)
+    body = {"path": str(trained_probe)}
+    remote = LocalClient(Server(settings, preload=False), client=("192.0.2.7", 40000))
+    with remote:
+        refused = remote.post("/api/probes/import", json=body)
+        missing = remote.post("/api/probes/import", json={"path": "/etc/passwd"})
+        assert remote.get("/api/probes").json()["data"] == []
+    for response in (refused, missing):
+        error = response.json()["error"]
+        assert (response.status_code, error["code"], error["param"]) == (
+            403,
+            "outside_models_dir",
+            "path",
+        )
+    with LocalClient(Server(settings, preload=False)) as local:
+        assert local.post("/api/probes/import", json=body).status_code == 201

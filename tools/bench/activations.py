@@ -19,22 +19,26 @@ The markdown table goes to stdout with each path's ratio to `server` (issue
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import torch
 
 from tools.bench import common
 from tools.bench.common import Run
-from tools.bench.steering import MODEL_ID, attached_server, prompt, table, trained_sae
+from tools.bench.steering import (
+    MODEL_ID,
+    attached_server,
+    prompt,
+    server_bench_main,
+    table,
+    trained_sae,
+)
 
 log = logging.getLogger("bench.activations")
 
@@ -74,19 +78,13 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="bench-activations-") as tmp:
-        runs = measure(args.rounds, args.tokens, args.threads, Path(tmp))
-    sys.stdout.write(
-        f"torch {torch.__version__}, {args.rounds} rounds of {args.tokens} greedy tokens\n\n"
-        + table(runs, {name: "server" for name in runs}, "server")
+    return server_bench_main(
+        argv,
+        __doc__ or "",
+        "bench-activations-",
+        measure,
+        lambda runs: table(runs, {name: "server" for name in runs}, "server"),
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -178,3 +178,26 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+Measure = Callable[[int, int, int | None, Path], dict[str, list[Run]]]
+
+
+def server_bench_main(
+    argv: list[str] | None, doc: str, prefix: str, measure: Measure, render: Callable[..., str]
+) -> int:
+    """The command line of a bench against an attached server: --rounds, --tokens,
+    --threads; `measure` in a temporary folder, `render` of its runs to stdout."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        runs = measure(args.rounds, args.tokens, args.threads, Path(tmp))
+    sys.stdout.write(
+        f"torch {torch.__version__}, {args.rounds} rounds of {args.tokens} greedy tokens\n\n"
+        + render(runs)
+    )
+    return 0
