@@ -393,6 +393,21 @@ class IntensityRangeItem(RootModel[float]):
     root: Annotated[float, Field(ge=0.0, le=2.0)]
 
 
+class LockRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[str, Field(max_length=4096, min_length=1)]
+
+
+class ModelLockState(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    locked: bool
+    model: Annotated[str | None, Field(description="The locked model's id.")]
+
+
 class Feature1(BaseModel):
     model_config = ConfigDict(
         extra="allow",

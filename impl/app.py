@@ -34,6 +34,7 @@ from .local.config import ConfigService
 from .local.decisions import DecisionService
 from .local.session import Session
 from .models.locator import ModelLocator
+from .models.lock import ModelLock
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .probes.admin import ProbeAdmin
@@ -222,6 +223,7 @@ class Server:
         """Every service the handlers reach, wired to one manager and one scheduler."""
         settings, executor = self.settings, self._executor
         manager = ModelManager(registry, settings, executor)
+        manager.lock = ModelLock(self._db)
         scheduler = Scheduler(
             settings.queue_max_waiting, settings.queue_retry_after, rows=manager.batch_rows
         )

@@ -19,7 +19,9 @@ async def list_models() -> JSONResponse:
 async def retrieve_model(model_id: str) -> JSONResponse:
     """GET /v1/models/{model_id}."""
     manager = state().manager
-    shown = listed(manager, [manager.entry(model_id)])
+    entry = manager.entry(model_id)
+    manager.check_lock(entry)
+    shown = listed(manager, [entry])
     if not shown:
         raise ApiError("model_not_found", f"The model `{model_id}` is not available.", "model")
     return JSONResponse(shown[0])

@@ -47,6 +47,35 @@ async def clear_live_values(sae_id: str, layer: int, model: str | None = None) -
     return JSONResponse(_admin().set_values(sae_id, layer, model, []))
 
 
+def _lock_view() -> dict[str, object]:
+    lock = state().manager.lock
+    model = None if lock is None else lock.model
+    return {"locked": model is not None, "model": model}
+
+
+async def get_lock() -> JSONResponse:
+    """GET /api/steering/lock."""
+    return JSONResponse(_lock_view())
+
+
+async def put_lock() -> JSONResponse:
+    """PUT /api/steering/lock: lock the server to one model (OAI-MODELS-05)."""
+    req = parse_local(api.LockRequest, request_body())
+    manager = state().manager
+    entry = manager.entry(req.model)  # 404 or 400 AMBIGUOUS_MODEL_NAME before anything
+    if manager.lock is not None:
+        manager.lock.set(entry.model_id)
+    return JSONResponse(_lock_view())
+
+
+async def delete_lock() -> JSONResponse:
+    """DELETE /api/steering/lock: lift the lock (no lock: nothing changes)."""
+    lock = state().manager.lock
+    if lock is not None:
+        lock.set(None)
+    return JSONResponse(_lock_view())
+
+
 async def get_active_profile() -> JSONResponse:
     """GET /api/steering/active-profile."""
     return JSONResponse(_admin().active())

@@ -138,6 +138,7 @@ class Session:
         if name is None:
             raise ApiError("no_model", "No model is configured; name one in `model`.", "model")
         entry = self.locator.find(name, peer_local=peer_local, engine=engine)
+        self._manager.check_lock(entry)
         self._manager.check_loadable(entry)
         return entry
 

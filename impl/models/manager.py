@@ -35,6 +35,7 @@ from ..engines.transformers.engine import ENCODER_CAPABILITIES
 from ..engines.transformers.float32 import Float32Settings
 from ..errors import ApiError
 from ..settings import Settings
+from .lock import ModelLock
 from .memory import available_mib, needed_mib
 from .registry import ModelEntry, ModelRegistry
 
@@ -123,6 +124,7 @@ class ModelManager:
         # How the next load goes: the config's session parameters once the config is up.
         self.load_options: Callable[[], LoadOptions] = lambda: LoadOptions(threads=settings.threads)
         self.loaded_options = LoadOptions()  # what the resident model was loaded with
+        self.lock: ModelLock | None = None  # the model lock for steering work (lock.py)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -181,6 +183,11 @@ class ModelManager:
                 "model",
                 headers={"Retry-After": str(self._settings.queue_retry_after)},
             )
+
+    def check_lock(self, entry: ModelEntry) -> None:
+        """409 model_locked for any model but the one the server is locked to."""
+        if self.lock is not None:
+            self.lock.check(entry.model_id)
 
     def check_loadable(self, entry: ModelEntry) -> None:
         """Refusals that leave the resident model in place: quantization, memory."""
@@ -295,9 +302,12 @@ class ModelManager:
 
 
 def listed(manager: ModelManager, entries: Sequence[ModelEntry]) -> list[dict[str, object]]:
-    """The OpenAI `/v1/models` entries, with their state (OAI-MODELS-03)."""
+    """The OpenAI `/v1/models` entries, with their state (OAI-MODELS-03); only the locked
+    model while the server is locked (OAI-MODELS-05)."""
     shown = []
     for e in entries:
+        if manager.lock is not None and not manager.lock.allows(e.model_id):
+            continue
         state = manager.state(e)
         if state in {"READY", "LOADED", "LOADING"}:
             shown.append(

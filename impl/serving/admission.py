@@ -63,6 +63,7 @@ def admit(
     """Let a request in, or refuse it before any load."""
     strict = hdr.strict_mode(request_headers)
     entry = manager.entry(model_id)
+    manager.check_lock(entry)  # before any load (OAI-MODELS-05)
     capabilities = manager.capabilities(entry)
     need, refusal = NEEDS[endpoint]
     if need not in capabilities:

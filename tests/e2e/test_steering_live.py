@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from openai import OpenAI
 
@@ -251,3 +252,22 @@ def test_probe_verdicts_through_the_sdk(
     )
     assert "X-miLLM-Probe-Verdicts" not in plain.headers
     assert "millm_probe_verdicts" not in (plain.parse().model_extra or {})
+
+
+def test_a_locked_server_shows_the_sdk_one_model(sdk: OpenAI, api: httpx.Client) -> None:
+    """OAI-MODELS-05 through the official client: locked for steering, `models.list()` gives
+    the one locked id, and a chat naming another model raises the SDK's ConflictError
+    (409 model_locked) naming the lock; unlocked, every model is listed again."""
+    before = sorted(m.id for m in sdk.models.list())
+    assert api.put("/steering/lock", json={"model": MODEL_ID}).json()["model"] == MODEL_ID
+    try:
+        assert [m.id for m in sdk.models.list()] == [MODEL_ID]
+        other = next(m for m in before if m != MODEL_ID)
+        with pytest.raises(openai.ConflictError) as caught:
+            sdk.chat.completions.create(
+                model=other, messages=[{"role": "user", "content": "Hi"}], max_tokens=1
+            )
+        assert caught.value.code == "model_locked" and MODEL_ID in caught.value.message
+    finally:
+        api.delete("/steering/lock", headers=JSON)
+    assert sorted(m.id for m in sdk.models.list()) == before

@@ -521,3 +521,20 @@ def test_a_network_peer_imports_sidecars_only_from_the_model_folders(
         )
     with LocalClient(Server(settings, preload=False)) as local:
         assert local.post("/api/probes/import", json=body).status_code == 201
+
+
+def test_every_choice_has_its_own_results(server: TestClient) -> None:
+    """OAI-PROBE-02, OAI-PROBE-03 (open point 5): a response with several choices (`n`, or
+    `extra_messages` rows) has one result per (probe, window, choice), each naming its choice
+    in `index`, and the header names it too, sorted after the window."""
+    rows = server.post(
+        CHAT,
+        json=chat(FRENCH, extra_messages=[[{"role": "user", "content": ENGLISH}]]),
+    )
+    results = verdicts(rows)
+    assert sorted({r["index"] for r in results}) == [0, 1]
+    last = {r["index"]: r for r in results if r["window"] == "last_user"}
+    assert (last[0]["verdict"], last[1]["verdict"]) == ("flagged", "clear")
+    assert [e["index"] for e in parse(rows.headers[HEADER])] == [0, 1, 0, 1]
+    sampled = server.post(CHAT, json=chat(ENGLISH, n=2, temperature=0.8, seed=3))
+    assert sorted({r["index"] for r in verdicts(sampled)}) == [0, 1]

@@ -104,7 +104,9 @@ class ProbeScores:
 
     def _entry(self, model: str | None) -> ModelEntry:
         if model is not None:
-            return self._manager.entry(model)
+            entry = self._manager.entry(model)
+            self._manager.check_lock(entry)
+            return entry
         resident = self._manager.resident
         if resident is None:
             raise ApiError("no_model", "No model is loaded; name one in `model`.", "model")
