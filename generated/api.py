@@ -393,6 +393,86 @@ class IntensityRangeItem(RootModel[float]):
     root: Annotated[float, Field(ge=0.0, le=2.0)]
 
 
+class Member(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    sae_id: Annotated[str, Field(min_length=1)]
+    layer: Annotated[int, Field(ge=0, le=65535)]
+    index: Annotated[int, Field(ge=0, le=2147483647)]
+    strength: float
+
+
+class LadderItem(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    rung: Annotated[int, Field(ge=0, le=3)]
+    method: Annotated[str | None, Field(max_length=256)] = None
+    summary: Annotated[str, Field(max_length=4096)]
+
+
+class Evidence(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    rung: Annotated[int, Field(ge=0, le=3)]
+    ladder: Annotated[list[LadderItem] | None, Field(max_length=64)] = None
+
+
+class CircuitDocument(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    schema_: Annotated[Literal["mi.circuit/v1"], Field(alias="schema")]
+    id: Annotated[str, Field(pattern="^[A-Za-z0-9_.:-]{1,128}$")]
+    name: Annotated[str | None, Field(max_length=256)] = None
+    description: Annotated[str | None, Field(max_length=4096)] = None
+    members: Annotated[list[Member], Field(max_length=4096, min_length=1)]
+    intensity: Annotated[
+        float | None,
+        Field(description="The persistent dial λ (default 1.0).", ge=0.0, le=2.0),
+    ] = None
+    intensity_range: Annotated[
+        list[IntensityRangeItem] | None,
+        Field(
+            description="The authored [low, high] of the dial.",
+            max_length=2,
+            min_length=2,
+        ),
+    ] = None
+    evidence: Evidence
+    mode: Annotated[
+        Literal["circuit", "slice_fallback"] | None,
+        Field(description="Default `circuit`."),
+    ] = None
+    backing_cluster: Annotated[
+        str | None,
+        Field(
+            description="The cluster (profile) that steers in `slice_fallback` mode.",
+            min_length=1,
+        ),
+    ] = None
+
+
+class ClusterDocument(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    schema_: Annotated[Literal["mi.cluster/v1"], Field(alias="schema")]
+    name: Annotated[
+        str, Field(max_length=256, min_length=1, pattern="^[^\\x00-\\x1f\\x7f/]+$")
+    ]
+    description: Annotated[str | None, Field(max_length=4096)] = None
+    sae_id: Annotated[str, Field(min_length=1)]
+    layer: Annotated[int, Field(ge=0, le=65535)]
+    features: Annotated[list[Feature], Field(max_length=4096)]
+    intensity: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    intensity_range: Annotated[
+        list[IntensityRangeItem] | None, Field(max_length=2, min_length=2)
+    ] = None
+
+
 class LockRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",

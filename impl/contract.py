@@ -20,6 +20,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 DOCUMENTS = ("v1", "api")
@@ -55,6 +56,27 @@ def schema_bytes(name: str) -> bytes:
     if name not in schema_names():
         raise KeyError(name)
     return (_spec() / "schemas" / name).read_bytes()
+
+
+@cache
+def validator(name: str) -> jsonschema.protocols.Validator:
+    """A validator of the published JSON Schema `name` (for imported documents)."""
+    schema = json.loads(schema_bytes(name))
+    cls = jsonschema.validators.validator_for(schema)
+    checker: jsonschema.protocols.Validator = cls(schema)
+    return checker
+
+
+def first_error(name: str, document: Any) -> tuple[str, str] | None:
+    """(field, message) of the first place `document` breaks schema `name`; the field is
+    the JSON pointer written as a field name (`members[2].strength`); None when valid."""
+    errors = sorted(validator(name).iter_errors(document), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    field = ""
+    for part in errors[0].absolute_path:
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+    return field or "document", errors[0].message
 
 
 def export(folder: Path) -> list[Path]:

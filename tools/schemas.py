@@ -3,13 +3,15 @@
     python -m tools.schemas           # write every file of spec/schemas/
     python -m tools.schemas --check   # exit 1 when one is stale
 
-Three files, each lifted out of an OpenAPI document (`PUBLISHED`):
+Each file is lifted out of an OpenAPI document (`PUBLISHED`):
 
 - millm-scoring-api-v1.json (v1.yaml): the scoring contract, below.
 - mi-probe-result-v1.json (v1.yaml `ProbeResult`): a probe result, as the
   `millm_probe_verdicts` member and GET /api/probes/events carry it.
 - mi-probe-v1.json (api.yaml `ProbeDefinition`): a probe as a file, the sidecar
   POST /api/probes/import reads.
+- mi-circuit-v1.json, mi-cluster-v1.json (api.yaml `CircuitDocument`,
+  `ClusterDocument`): the documents circuits and clusters are imported from.
 
 The server routes and validates with v1.yaml; this tool lifts the scoring
 request (completion and chat), response and refusal schemas out of it,
@@ -170,11 +172,37 @@ def build_probe() -> str:
     )
 
 
+def build_circuit() -> str:
+    return _single(
+        API_SPEC,
+        "CircuitDocument",
+        "mi-circuit-v1.json",
+        "mi.circuit/v1",
+        "A circuit: a multi-layer intervention across several SAEs, with its evidence rung "
+        "(REQ-000 CIRCUIT, RUNG). Generated from miserver's spec/openapi/api.yaml "
+        "(CircuitDocument) by tools/schemas.py.",
+    )
+
+
+def build_cluster() -> str:
+    return _single(
+        API_SPEC,
+        "ClusterDocument",
+        "mi-cluster-v1.json",
+        "mi.cluster/v1",
+        "A cluster: features of one SAE at one layer with authored strengths and a dial "
+        "(REQ-000 DIAL). Generated from miserver's spec/openapi/api.yaml (ClusterDocument) "
+        "by tools/schemas.py.",
+    )
+
+
 SCHEMAS = ROOT / "spec" / "schemas"
 PUBLISHED = {
     OUT: build,
     SCHEMAS / "mi-probe-result-v1.json": build_probe_result,
     SCHEMAS / "mi-probe-v1.json": build_probe,
+    SCHEMAS / "mi-circuit-v1.json": build_circuit,
+    SCHEMAS / "mi-cluster-v1.json": build_cluster,
 }
 
 

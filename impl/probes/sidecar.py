@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cache
 from pathlib import Path
-from typing import Any
 
-import jsonschema
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
@@ -24,22 +21,6 @@ from .definition import Probe, ProbeError, check_name, probe, weights
 
 SCHEMA = "mi-probe-v1.json"
 MAX_SIDECAR_BYTES = 16 * 1024 * 1024
-
-
-@cache
-def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(contract.schema_bytes(SCHEMA))
-    cls = jsonschema.validators.validator_for(schema)
-    validator: jsonschema.protocols.Validator = cls(schema)
-    return validator
-
-
-def _pointer(path: Any) -> str:
-    """A jsonschema error's path as a field name: detector.features[2].index."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "path"
 
 
 def load(path: Path) -> Probe:
@@ -52,10 +33,10 @@ def load(path: Path) -> Probe:
         raw = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise ProbeError(f"cannot read the sidecar {path}: {exc}", "path") from exc
-    errors = sorted(_validator().iter_errors(raw), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        raise ProbeError(f"{path}: {first.message}", _pointer(first.absolute_path))
+    broken = contract.first_error(SCHEMA, raw)
+    if broken is not None:
+        field, message = broken
+        raise ProbeError(f"{path}: {message}", field)
     name = check_name(raw["name"])
     spec = raw["detector"]
     weight = None

@@ -12,6 +12,12 @@ CLUSTER_INTENSITY_MAX (docs/DECISIONS.md, the dial's floor and envelope). Then:
 
 A profile's stored (persistent) dial resolves by the same rule; a request's
 λ overrides it for that request only.
+
+A circuit's λ (`resolve_circuit`) is clamped from both sides instead: into its
+declared range intersected with the configured envelope
+([CIRCUIT_INTENSITY_MIN, CIRCUIT_INTENSITY_MAX] within [0, 2], open point
+15), or that envelope; only an exact 0 or "off" is below the floor (off),
+and without a declared range "min" is "off" (OAI-CIRCUIT-03..07).
 """
 
 from __future__ import annotations
@@ -39,6 +45,15 @@ class Bounds:
         return cls(max(low, ENVELOPE[0]), min(high, ENVELOPE[1]))
 
     @classmethod
+    def within(cls, declared: Sequence[float] | None, envelope: Bounds) -> Bounds:
+        """A declared range intersected with `envelope` (the envelope when none is)."""
+        if declared is None:
+            return envelope
+        low, high = (float(v) for v in declared)
+        low, high = max(low, envelope.low), min(high, envelope.high)
+        return cls(low, max(low, high))
+
+    @classmethod
     def configured(cls, minimum: float, maximum: float) -> Bounds:
         """The server's bounds for ranges nobody declared, within the envelope."""
         return cls(max(minimum, ENVELOPE[0]), min(maximum, ENVELOPE[1]))
@@ -60,3 +75,19 @@ def resolve(value: Dial, bounds: Bounds) -> float:
     if isinstance(value, str):
         raise ValueError(f"unknown dial symbol {value!r} (known: {', '.join(SYMBOLS)})")
     return max(0.0, min(float(value), bounds.high))
+
+
+def resolve_circuit(value: Dial, bounds: Bounds, *, declared: bool) -> float:
+    """The effective λ of `value` for a circuit (OAI-CIRCUIT-03..07): unlike a cluster's,
+    a numeric λ is clamped into `bounds` from both sides (0.1 against [0.5, 1.5] is 0.5);
+    only an exact 0 or "off" goes below the floor, to off; without a `declared` range
+    "min" is "off"."""
+    if is_off(value) or (value == "min" and not declared):
+        return 0.0
+    if value == "min":
+        return bounds.low
+    if value == "max":
+        return bounds.high
+    if isinstance(value, str):
+        raise ValueError(f"unknown dial symbol {value!r} (known: {', '.join(SYMBOLS)})")
+    return max(bounds.low, min(float(value), bounds.high))
