@@ -64,8 +64,8 @@ def is_off(value: Dial | None) -> bool:
     return value == "off" or (not isinstance(value, str) and value is not None and value == 0)
 
 
-def resolve(value: Dial, bounds: Bounds) -> float:
-    """The effective λ of `value` within `bounds`."""
+def _symbol(value: Dial, bounds: Bounds) -> float | None:
+    """The λ a symbol names ("off", "min", "max"); None for a number."""
     if value == "off":
         return 0.0
     if value == "min":
@@ -74,7 +74,13 @@ def resolve(value: Dial, bounds: Bounds) -> float:
         return bounds.high
     if isinstance(value, str):
         raise ValueError(f"unknown dial symbol {value!r} (known: {', '.join(SYMBOLS)})")
-    return max(0.0, min(float(value), bounds.high))
+    return None
+
+
+def resolve(value: Dial, bounds: Bounds) -> float:
+    """The effective λ of `value` within `bounds`."""
+    named = _symbol(value, bounds)
+    return named if named is not None else max(0.0, min(float(value), bounds.high))
 
 
 def resolve_circuit(value: Dial, bounds: Bounds, *, declared: bool) -> float:
@@ -84,10 +90,5 @@ def resolve_circuit(value: Dial, bounds: Bounds, *, declared: bool) -> float:
     "min" is "off"."""
     if is_off(value) or (value == "min" and not declared):
         return 0.0
-    if value == "min":
-        return bounds.low
-    if value == "max":
-        return bounds.high
-    if isinstance(value, str):
-        raise ValueError(f"unknown dial symbol {value!r} (known: {', '.join(SYMBOLS)})")
-    return max(bounds.low, min(float(value), bounds.high))
+    named = _symbol(value, bounds)
+    return named if named is not None else max(bounds.low, min(float(value), bounds.high))
