@@ -473,6 +473,13 @@ class ClusterDocument(BaseModel):
     ] = None
 
 
+class DialRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    intensity: Annotated[float, Field(ge=0.0, le=2.0)]
+
+
 class LockRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",

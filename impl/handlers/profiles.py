@@ -42,3 +42,15 @@ async def put_profile(name: str) -> JSONResponse:
 async def delete_profile(name: str) -> JSONResponse:
     """DELETE /api/profiles/{name}."""
     return JSONResponse(_admin().delete_profile(name))
+
+
+async def import_cluster() -> JSONResponse:
+    """POST /api/clusters: a `mi.cluster/v1` document, stored as a profile."""
+    view, created = _admin().import_cluster(request_body())
+    return JSONResponse(view, status_code=201 if created else 200)
+
+
+async def set_dial(name: str) -> JSONResponse:
+    """PUT /api/profiles/{name}/dial: the persistent dial λ."""
+    req = parse_local(api.DialRequest, request_body())
+    return JSONResponse(_admin().set_dial(name, req.intensity))

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import contract
 from ..engines.base import Capability
 from ..errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
@@ -22,6 +23,7 @@ from .live import Attachment, LiveSteering
 from .sae import SAEFormatError
 
 log = logging.getLogger(__name__)
+CLUSTER_SCHEMA = "mi-cluster-v1.json"
 
 
 def _features(pairs: Mapping[int, float] | Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
@@ -255,6 +257,59 @@ class SteeringAdmin:
             "epoch": self._live.epoch,
             "steering": self.steering(),
         }, created
+
+    def import_cluster(self, document: Any) -> tuple[dict[str, Any], bool]:
+        """Create or replace the profile a `mi.cluster/v1` document defines (a cluster is a
+        profile); a refusal names the document's field (issue 19 item 1)."""
+        broken = contract.first_error(CLUSTER_SCHEMA, document)
+        if broken is not None:
+            field, message = broken
+            raise InvalidParameter(
+                field, f"The cluster document is invalid at `{field}`: {message}"
+            )
+        self._fits(document)
+        declared = document.get("intensity_range")
+        return self.put_profile(
+            document["name"],
+            sae_id=document["sae_id"],
+            layer=document["layer"],
+            features=[(f["index"], f["strength"]) for f in document["features"]],
+            description=document.get("description"),
+            intensity=document.get("intensity"),
+            intensity_range=declared,
+        )
+
+    def _fits(self, document: Any) -> None:
+        """An imported cluster names an SAE of the saes directory, and features it has."""
+        sae_id = document["sae_id"]
+        try:
+            sae = self._live.saes.get(sae_id)
+        except KeyError:
+            raise InvalidParameter(
+                "sae_id", f"No SAE `{sae_id}` in the saes directory (GET /api/saes lists them)."
+            ) from None
+        except SAEFormatError as exc:
+            raise InvalidParameter("sae_id", f"SAE `{sae_id}` cannot be loaded: {exc}") from exc
+        for j, feature in enumerate(document["features"]):
+            if feature["index"] >= sae.d_sae:
+                raise InvalidParameter(
+                    f"features[{j}].index",
+                    f"Feature {feature['index']} is outside `{sae_id}`'s 0..{sae.d_sae - 1}.",
+                )
+
+    def set_dial(self, name: str, intensity: float) -> dict[str, Any]:
+        """A profile's (cluster's) persistent dial λ (OAI-DIAL-02), nothing else changed."""
+        profile = self._get(name)
+        view, _ = self.put_profile(
+            name,
+            sae_id=profile.sae_id,
+            layer=profile.layer,
+            features=list(profile.features),
+            description=profile.description,
+            intensity=intensity,
+            intensity_range=profile.intensity_range,
+        )
+        return view
 
     def delete_profile(self, name: str) -> dict[str, Any]:
         was_active = self._get(name).name == getattr(self._live.profiles.active(), "name", None)

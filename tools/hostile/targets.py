@@ -182,6 +182,12 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "active-profile-put": ("PUT", "/api/steering/active-profile", {"name": "hostile-none"}),
     "profile-put": ("PUT", "/api/profiles/hostile", _PROFILE),
     "profile-delete": ("DELETE", "/api/profiles/hostile", None),
+    "cluster-import": (
+        "POST",
+        "/api/clusters",
+        {"schema": "mi.cluster/v1", "name": "hostile", **_PROFILE},
+    ),
+    "profile-dial": ("PUT", "/api/profiles/hostile/dial", {"intensity": 1.0}),
     "lock-put": ("PUT", "/api/steering/lock", {"model": "hostile-no-such-model"}),
     "lock-delete": ("DELETE", "/api/steering/lock", None),
     "probe-put": ("PUT", "/api/probes/hostile", _PROBE),
