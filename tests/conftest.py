@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
 from miserver.app import Server
+from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from miserver.steering.sae import SAE, load_sae
@@ -120,6 +121,14 @@ def trained_probe() -> Path:
     folder = sae_train.cache_dir() / "probes" / config.name()
     trained_once(folder, "metrics.json", lambda out: probe_train.build(out, config))
     return folder / f"{probe_train.NAME}.json"
+
+
+@pytest.fixture(scope="module")
+def reference(gguf_path: Path) -> Iterator[TransformersEngine]:
+    """SmolLM2 on transformers loaded apart from any server: direct forwards for references."""
+    loaded = load_transformers_engine(gguf_path, model_id="ref", cache_dir=cache_dir())
+    yield loaded
+    loaded.close()
 
 
 SAE_ID = "smollm2-l12"

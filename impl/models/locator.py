@@ -58,17 +58,17 @@ class ModelLocator:
     def confined(self, peer_local: bool) -> bool:
         return self.models_only or not peer_local
 
-    def canonical(self, model: str) -> Path:
+    def canonical(self, model: str, param: str = "model") -> Path:
         """`model` as a canonical path; a relative one inside the models directory. Text no
-        path can be (a NUL byte, a link loop, a name too long) is a 400 naming `model`."""
+        path can be (a NUL byte, a link loop, a name too long) is a 400 naming `param`."""
         try:
             path = Path(model).expanduser()
             if not path.is_absolute():
                 path = self.registry.models_dir / path
             return path.resolve()
         except (OSError, RuntimeError, ValueError) as exc:
-            message = f"`model` is not a usable path: {exc}"
-            raise ApiError("invalid_parameter", message, "model") from exc
+            message = f"`{param}` is not a usable path: {exc}"
+            raise ApiError("invalid_parameter", message, param) from exc
 
     def allowed(self, path: Path) -> bool:
         """Whether a canonical path lies in a model folder, or is the launch model."""
@@ -81,34 +81,23 @@ class ModelLocator:
     def check_file(self, path: str, *, peer_local: bool, param: str) -> None:
         """403 outside_models_dir for a file (a probe's sidecar) a confined peer names
         outside the model folders, before anything is read (LOC-SEC-58, LOC-SEC-61)."""
-        if not self.confined(peer_local):
-            return
-        try:
-            canonical = Path(path).expanduser().resolve()
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise ApiError("invalid_parameter", f"`{param}` is not a usable path", param) from exc
-        if not self.allowed(canonical):
-            raise ApiError(
-                "outside_models_dir",
-                "This client may read files only inside the models directory or a scan "
-                "directory; the path resolves elsewhere.",
-                param,
-            )
+        if self.confined(peer_local):
+            self._confine(path, param)
 
     def check(self, model: str, *, peer_local: bool) -> None:
         """403 outside_models_dir for a path this peer may not open; ids always pass."""
         if self.confined(peer_local) and not self._is_id(model):
             self._confine(model)
 
-    def _confine(self, model: str) -> Path:
-        """`model`'s canonical path, if it lies where a confined peer may open models."""
-        path = self.canonical(model)
+    def _confine(self, model: str, param: str = "model") -> Path:
+        """`model`'s canonical path, if it lies where a confined peer may open files."""
+        path = self.canonical(model, param)
         if not self.allowed(path):
             raise ApiError(
                 "outside_models_dir",
-                "This client may open models only inside the models directory or a scan "
+                "This client may open files only inside the models directory or a scan "
                 "directory; the path resolves elsewhere.",
-                "model",
+                param,
             )
         return path
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..store.database import Database
-from .definition import Detector, Probe, probe
+from .definition import Probe, probe
 
 
 class ProbeNotFound(KeyError):
@@ -32,12 +32,9 @@ def _row(row: Sequence[Any]) -> Probe:
 
 
 def _definition(p: Probe) -> str:
-    det: Detector = p.detector
-    detector: dict[str, Any] = {**det.view()}
-    detector.pop("weight", None)
     return json.dumps(
         {
-            "detector": detector,
+            "detector": p.detector.view(),  # a linear weight goes in its own column
             "threshold": p.threshold,
             "windows": list(p.windows),
             "aggregate": p.aggregate,

@@ -144,11 +144,9 @@ class Watch:
         self.probes = tuple(probes)
         self.trace_id = trace_id
         self._plans: list[Detector | str] = []
-        self._shape: Shape | None = None
 
     def resolve(self, shape: Shape) -> None:
         """Fix each probe's detector against the model (again after a reload)."""
-        self._shape = shape
         self._plans = [_plan(p, shape) for p in self.probes]
 
     @property

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from miserver import contract
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt
-from miserver.engines.transformers import TransformersEngine, load_transformers_engine
+from miserver.engines.transformers import TransformersEngine
 from miserver.probes.verdicts import parse, serialize
 from miserver.steering.sae import SAE
 from tests.conftest import (
@@ -30,7 +30,6 @@ from tests.conftest import (
     MODEL_ID,
     SAE_ID,
     LocalClient,
-    cache_dir,
     steering_settings,
     uvicorn_serving,
 )
@@ -59,13 +58,6 @@ def server(data_dir: Path, saes_dir: Path) -> Iterator[TestClient]:
         Server(steering_settings(data_dir, saes_dir)), raise_server_exceptions=False
     ) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def reference(gguf_path: object) -> Iterator[TransformersEngine]:
-    loaded = load_transformers_engine(gguf_path, model_id="ref", cache_dir=cache_dir())  # type: ignore[arg-type]
-    yield loaded
-    loaded.close()
 
 
 @pytest.fixture(autouse=True)

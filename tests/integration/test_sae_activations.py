@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt
-from miserver.engines.transformers import TransformersEngine, load_transformers_engine
+from miserver.engines.transformers import TransformersEngine
 from miserver.steering.sae import SAE
-from tests.conftest import MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, cache_dir, steering_settings
+from tests.conftest import MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, steering_settings
 from tests.integration.test_activations_capture import direct
 from tests.integration.test_chat import data_of
 from tests.integration.test_refusals import error_of
@@ -36,14 +36,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator
     settings = steering_settings(tmp_path_factory.mktemp("act") / "data", saes_dir)
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def reference(gguf_path: object) -> Iterator[TransformersEngine]:
-    """The same model loaded apart from the server: direct forwards for the reference."""
-    loaded = load_transformers_engine(gguf_path, model_id="ref", cache_dir=cache_dir())  # type: ignore[arg-type]
-    yield loaded
-    loaded.close()
 
 
 @pytest.fixture(autouse=True)

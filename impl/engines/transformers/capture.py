@@ -23,7 +23,7 @@ them once, for one batched encoding per request.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
 import torch
@@ -76,9 +76,24 @@ def _hidden(output: Any) -> torch.Tensor:
 
 
 @contextmanager
-def monitored(model: nn.Module, monitor: Monitor) -> Iterator[None]:
-    """Feed `monitor` from each of its layers (a batch of one) while the block runs, ahead
-    of every hook on the layer (`prepend`): probes read before the layer's steering delta."""
+def _reading(
+    model: nn.Module, layers: Sequence[int], hook_for: Callable[[int], Callable[..., None]]
+) -> Iterator[None]:
+    """`hook_for(layer)` on each of `layers` for the block, ahead of every hook already there
+    (`prepend`): probes read before the layer's steering delta."""
+    handles = [
+        hooked_layer(model, layer).register_forward_hook(hook_for(layer), prepend=True)
+        for layer in layers
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def monitored(model: nn.Module, monitor: Monitor) -> AbstractContextManager[None]:
+    """Feed `monitor` from each of its layers (a batch of one) while the block runs."""
 
     def hook_for(layer: int) -> Callable[[nn.Module, Any, Any], None]:
         def hook(_module: nn.Module, _args: Any, output: Any) -> None:
@@ -89,25 +104,15 @@ def monitored(model: nn.Module, monitor: Monitor) -> Iterator[None]:
 
         return hook
 
-    handles = [
-        hooked_layer(model, layer).register_forward_hook(hook_for(layer), prepend=True)
-        for layer in monitor.layers
-    ]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    return _reading(model, monitor.layers, hook_for)
 
 
-@contextmanager
-def monitored_rows(model: nn.Module, monitors: Sequence[Monitor | None]) -> Iterator[None]:
+def monitored_rows(
+    model: nn.Module, monitors: Sequence[Monitor | None]
+) -> AbstractContextManager[None]:
     """One step of a batch: row i's newest position feeds `monitors[i]` (None: a row no
-    probe reads), ahead of every hook on the layer."""
+    probe reads)."""
     layers = sorted({layer for m in monitors if m is not None for layer in m.layers})
-    if not layers:
-        yield
-        return
 
     def hook_for(layer: int) -> Callable[[nn.Module, Any, Any], None]:
         def hook(_module: nn.Module, _args: Any, output: Any) -> None:
@@ -118,12 +123,4 @@ def monitored_rows(model: nn.Module, monitors: Sequence[Monitor | None]) -> Iter
 
         return hook
 
-    handles = [
-        hooked_layer(model, layer).register_forward_hook(hook_for(layer), prepend=True)
-        for layer in layers
-    ]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    return _reading(model, layers, hook_for)

@@ -65,6 +65,7 @@ from .scoring import (
 )
 
 log = logging.getLogger(__name__)
+_GONE = "client_disconnected"  # why a response that never went out whole ended
 
 
 class CompletionService:
@@ -239,9 +240,15 @@ class CompletionService:
                 plan.user_spans[i] = await self._manager.tokenize(span, inline=inline)
 
     def _verdicts(
-        self, plan: Plan, engine: Engine, run: Started, request_id: str, end: ChoiceEnd | None
+        self,
+        plan: Plan,
+        engine: Engine,
+        run: Started,
+        request_id: str,
+        end: ChoiceEnd | None,
+        interrupted: str = _GONE,
     ) -> list[dict[str, Any]]:
-        """One choice's probe results; `end` None: it ended early (`interrupted`)."""
+        """One choice's probe results; `end` None: it ended early, `interrupted` says why."""
         watch = plan.watch
         if watch is None:
             return []
@@ -253,14 +260,13 @@ class CompletionService:
             engine=engine.facts.engine,
             model=plan.entry.model_id,
         )
-        interrupted = None if end is not None else (run.interrupted or "client_disconnected")
         return watch.results(
             run.job.monitor,
             windows,
             index=run.index,
             served=served,
             request_id=request_id,
-            interrupted=interrupted,
+            interrupted=None if end is not None else interrupted,
         )
 
     def _record_interrupted(
@@ -272,8 +278,7 @@ class CompletionService:
             return
         results = []
         for run in runs:
-            run.interrupted = reason
-            results.extend(self._verdicts(plan, engine, run, request_id, None))
+            results.extend(self._verdicts(plan, engine, run, request_id, None, reason))
         try:
             self._probes.record(sorted(results, key=order))
         except Exception:  # the response has failed already; its results are logged instead
@@ -626,11 +631,10 @@ class CompletionService:
                 return
 
 
-_GONE = "client_disconnected"
 INTERRUPTED_FED = 2**62  # an ended-early choice's window reads every value its monitor got
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Started:
     """A choice whose generation started: what its probe results need."""
 
@@ -638,7 +642,6 @@ class Started:
     index: int  # the choice's index in the response
     prompt: int  # its prompt's index
     ticket: Ticket
-    interrupted: str | None = None  # why it ended early, once it did
 
 
 @dataclass(frozen=True, slots=True)
