@@ -337,6 +337,12 @@ class SteeringState(BaseModel):
     ]
     attachments: list[Attachment]
     active_profile: Annotated[str | None, Field(...)]
+    active_circuits: Annotated[
+        list[str],
+        Field(
+            description="The ids of the active circuits (GET /api/circuits/active has their state)."
+        ),
+    ]
 
 
 class AttachRequest(BaseModel):
@@ -453,6 +459,108 @@ class CircuitDocument(BaseModel):
             min_length=1,
         ),
     ] = None
+
+
+class Circuit(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    name: Annotated[str | None, Field(...)]
+    rung: Annotated[int | None, Field(ge=0, le=3)]
+    language: Annotated[
+        str | None,
+        Field(
+            description="The evidence phrase of `rung` (X-miLLM-Circuit-Rung's `language`)."
+        ),
+    ]
+    mode: Annotated[Literal["circuit", "slice_fallback"] | None, Field(...)]
+    backing_cluster: Annotated[str | None, Field(...)]
+    intensity: Annotated[
+        float,
+        Field(
+            description="The persistent dial λ, as set (the circuit rule resolves it when applied)."
+        ),
+    ]
+    intensity_range: Annotated[list[float] | None, Field(...)]
+    layers: list[int]
+    members: Annotated[int, Field(description="How many members the document lists.")]
+    active: bool
+    live: Annotated[
+        bool, Field(description="Whether it steers the resident model now.")
+    ]
+    created: int
+    updated: int
+    error: Annotated[str | None, Field(...)]
+    document: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The mi.circuit/v1 document as imported (null when not JSON)."
+        ),
+    ]
+
+
+class CircuitChange(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    circuit: Circuit
+    live: bool
+    epoch: int
+    steering: Annotated[
+        str,
+        Field(
+            description="The X-miLLM-Steering value a request without steering fields gets now."
+        ),
+    ]
+
+
+class Steering(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    rung: Annotated[int, Field(ge=0, le=3)]
+    language: str
+    header: Annotated[str, Field(description="The X-miLLM-Circuit-Rung value.")]
+
+
+class Layer(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    sae_id: str
+    layer: int
+    attached: bool
+    features: int
+    hash: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    clamped: int
+
+
+class ActiveCircuit(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    rung: Annotated[int | None, Field(ge=0, le=3)]
+    language: Annotated[str | None, Field(...)]
+    mode: Annotated[Literal["circuit", "slice_fallback"] | None, Field(...)]
+    intensity: Annotated[float, Field(description="The persistent dial as set.")]
+    resolved_intensity: Annotated[
+        float | None,
+        Field(
+            description="λ after the circuit rule (in slice_fallback mode the cluster rule against the backing cluster); 0 is off."
+        ),
+    ]
+    steering: Annotated[
+        bool, Field(description="Whether it steers the resident model now.")
+    ]
+    layers: Annotated[
+        list[Layer],
+        Field(
+            description="Each (SAE, layer) of the circuit at the resolved λ: the applied set's size, its steering-set hash (OAI-HASH over clamp(authored × λ) per member), how many members the ±200 clamp changed, and whether that SAE is attached there."
+        ),
+    ]
+    error: Annotated[str | None, Field(...)]
 
 
 class ClusterDocument(BaseModel):
@@ -738,6 +846,37 @@ class ModelListing(BaseModel):
     scan_dirs: list[str]
     local: list[LocalModel]
     catalog: list[dict[str, Any]]
+
+
+class CircuitList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[Circuit]
+
+
+class ActiveCircuits(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str | None, Field(description="The resident model (null when none is loaded).")
+    ]
+    epoch: int
+    circuits: list[ActiveCircuit]
+    steering: Annotated[
+        Steering | None,
+        Field(
+            description="The evidence language (OAI-RUNG-18): what X-miLLM-Circuit-Rung a request without steering fields gets now, or null where it is omitted."
+        ),
+    ]
+    x_millm_steering: Annotated[
+        str,
+        Field(
+            description="The X-miLLM-Steering value a request without steering fields gets now."
+        ),
+    ]
 
 
 class ProbeInput(BaseModel):

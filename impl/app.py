@@ -46,9 +46,11 @@ from .serving.events import EventBus, LogEvents
 from .serving.scheduler import Scheduler
 from .settings import Settings
 from .steering.admin import SteeringAdmin
+from .steering.circuit_admin import CircuitAdmin
 from .steering.dial import Bounds
 from .steering.live import LiveSteering
 from .steering.sae import SAERegistry
+from .store.circuits import CircuitStore
 from .store.database import Database
 from .store.profiles import ProfileStore
 
@@ -71,6 +73,7 @@ class ServerState:
     completions: CompletionService
     steering: LiveSteering
     admin: SteeringAdmin
+    circuits: CircuitAdmin
     probes: ProbeAdmin
     probe_scores: ProbeScores
     decisions: DecisionService
@@ -171,7 +174,15 @@ def build_connexion() -> AsyncApp:
 def _live_steering(settings: Settings, db: Database) -> LiveSteering:
     """Steering state: the SAEs on disk, the profiles and the live set in the database."""
     bounds = Bounds.configured(settings.cluster_intensity_min, settings.cluster_intensity_max)
-    return LiveSteering(SAERegistry(settings.resolved_saes_dir), ProfileStore(db), db, bounds)
+    envelope = Bounds.configured(settings.circuit_intensity_min, settings.circuit_intensity_max)
+    return LiveSteering(
+        SAERegistry(settings.resolved_saes_dir),
+        ProfileStore(db),
+        db,
+        bounds,
+        circuits=CircuitStore(db),
+        circuit_bounds=envelope,
+    )
 
 
 # the routes whose requests wait for the slot
@@ -248,13 +259,15 @@ class Server:
             defaults=config.request_defaults,
             probes=probes,
         )
+        admin = SteeringAdmin(live, manager)
         return ServerState(
             settings=settings,
             manager=manager,
             scheduler=scheduler,
             completions=service,
             steering=live,
-            admin=SteeringAdmin(live, manager),
+            admin=admin,
+            circuits=CircuitAdmin(live, admin),
             probes=probes,
             probe_scores=ProbeScores(
                 settings, manager, scheduler, executor, live=live, probes=probes

@@ -120,6 +120,19 @@ class Settings:
         'The dial\'s "max" and cap for a profile that declares no intensity_range '
         "(OAI-DIAL-07); within [0, 2].",
     )
+    circuit_intensity_min: float = _knob(
+        0.0,
+        "CIRCUIT_INTENSITY_MIN",
+        None,
+        "The floor of a circuit's dial (OAI-CIRCUIT-06): a numeric λ below it is raised to it; "
+        "within [0, 2].",
+    )
+    circuit_intensity_max: float = _knob(
+        2.0,
+        "CIRCUIT_INTENSITY_MAX",
+        None,
+        "The ceiling of a circuit's dial (OAI-CIRCUIT-03, open point 15); within [0, 2].",
+    )
     scoring_float32_device: str = _knob(
         "auto",
         "SCORING_FLOAT32_DEVICE",

@@ -20,7 +20,7 @@ from ..models.manager import ModelManager
 from ..store.profiles import Profile, ProfileError, ProfileNotFound
 from .header import serialize
 from .live import Attachment, LiveSteering
-from .sae import SAEFormatError
+from .sae import SAE, SAEFormatError
 
 log = logging.getLogger(__name__)
 CLUSTER_SCHEMA = "mi-cluster-v1.json"
@@ -51,7 +51,7 @@ class SteeringAdmin:
 
     # -- views ---------------------------------------------------------------------
 
-    def _resident_id(self) -> str | None:
+    def resident_id(self) -> str | None:
         resident = self._manager.resident
         return None if resident is None else resident.entry.model_id
 
@@ -59,14 +59,14 @@ class SteeringAdmin:
         """The model an attachment path means: `model`, else the resident one."""
         if model is not None:
             return model
-        resident = self._resident_id()
+        resident = self.resident_id()
         if resident is None:
             raise ApiError("no_model", "No model is loaded; name one with `?model=`.", "model")
         return resident
 
     def steering(self) -> str:
         """X-miLLM-Steering for a request without steering fields, on the resident model, now."""
-        model = self._resident_id()
+        model = self.resident_id()
         if model is None:
             return "none"
         _, snap = self._live.read(model)
@@ -83,18 +83,19 @@ class SteeringAdmin:
         }
 
     def _manual_live(self, attachment: Attachment) -> bool:
-        return attachment.model_id == self._resident_id() and self._live.is_live(
+        return attachment.model_id == self.resident_id() and self._live.is_live(
             attachment.model_id, attachment.sae.sae_id, attachment.layer, "manual"
         )
 
     def state(self) -> dict[str, Any]:
         active = self._live.profiles.active()
         return {
-            "model": self._resident_id(),
+            "model": self.resident_id(),
             "epoch": self._live.epoch,
             "steering": self.steering(),
             "attachments": [self._attachment(a) for a in self._live.attachments()],
             "active_profile": None if active is None else active.name,
+            "active_circuits": [row.id for row in self._live.circuits.active()],
         }
 
     def saes(self) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class SteeringAdmin:
     # -- profiles --------------------------------------------------------------------
 
     def _profile_live(self, profile: Profile) -> bool:
-        model = self._resident_id()
+        model = self.resident_id()
         active = self._live.profiles.active()
         return (
             model is not None
@@ -279,17 +280,22 @@ class SteeringAdmin:
             intensity_range=declared,
         )
 
+    def sae_of(self, sae_id: str, param: str) -> SAE:
+        """The SAE an imported document names, from the saes directory (400 naming `param`:
+        a document comes from elsewhere, so its SAE may be missing here)."""
+        try:
+            return self._live.saes.get(sae_id)
+        except KeyError:
+            raise InvalidParameter(
+                param, f"No SAE `{sae_id}` in the saes directory (GET /api/saes lists them)."
+            ) from None
+        except SAEFormatError as exc:
+            raise InvalidParameter(param, f"SAE `{sae_id}` cannot be loaded: {exc}") from exc
+
     def _fits(self, document: Any) -> None:
         """An imported cluster names an SAE of the saes directory, and features it has."""
         sae_id = document["sae_id"]
-        try:
-            sae = self._live.saes.get(sae_id)
-        except KeyError:
-            raise InvalidParameter(
-                "sae_id", f"No SAE `{sae_id}` in the saes directory (GET /api/saes lists them)."
-            ) from None
-        except SAEFormatError as exc:
-            raise InvalidParameter("sae_id", f"SAE `{sae_id}` cannot be loaded: {exc}") from exc
+        sae = self.sae_of(sae_id, "sae_id")
         for j, feature in enumerate(document["features"]):
             if feature["index"] >= sae.d_sae:
                 raise InvalidParameter(

@@ -1,13 +1,16 @@
 """What steering applies: items (one SAE at one layer) and snapshots (a whole state).
 
-An `AppliedSAE` is one entry of X-miLLM-Steering: its kind (`profile`, `inline`,
-`manual`), the SAE and layer it steers, the applied set (index → strength
-as the hook reads it: clamped to ±200, zeros and -0.0 dropped), how many
-strengths the clamp changed, and the vector Σ strength·W_dec[i] the hook
-adds. A `Snapshot` is every item that steers at once, with the vectors
-summed per layer (two SAEs at one layer both add) and a key naming the
-state for the engine's kept KV prefix. Both are immutable: the live state
-swaps whole snapshots, so a hook never sees half of a change.
+An `AppliedSAE` is one SAE at one layer: its kind (`profile`, `inline`,
+`manual`, or `circuit`: one (SAE, layer) of a circuit), the SAE and layer it
+steers, the applied set (index → strength as the hook reads it: clamped to
+±200, zeros and -0.0 dropped), how many strengths the clamp changed, and the
+vector Σ strength·W_dec[i] the hook adds. A `Snapshot` is every item that
+steers at once, with the vectors summed per layer (two SAEs at one layer both
+add) and a key naming the state for the engine's kept KV prefix. Each SAE
+item is one X-miLLM-Steering member; a circuit's items fold into one
+`circuit` member per circuit (OAI-GRAM-12), `composed` when a layer it steers
+carries another circuit too. Both are immutable: the live state swaps whole
+snapshots, so a hook never sees half of a change.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from types import MappingProxyType
 import torch
 
 from .hashing import LIMIT, clamp
-from .header import Member, inline_member, manual_member, profile_member
+from .header import CircuitMember, Member, inline_member, manual_member, profile_member
+from .rung import CircuitState
 from .sae import SAE
 
-APPLIED_KINDS = ("profile", "inline", "manual")
+APPLIED_KINDS = ("profile", "inline", "manual", "circuit")
 
 
 @dataclass(frozen=True, slots=True, eq=False, kw_only=True)
@@ -36,12 +40,13 @@ class AppliedSAE:
     applied: Mapping[int, float]
     clamped: int
     vector: torch.Tensor
-    name: str = ""
+    name: str = ""  # the profile's name, or the circuit's id
     source: str = ""
     intensity: float = 1.0
+    rung: int = 0  # a circuit's evidence rung
 
     def member(self) -> Member:
-        """This item's X-miLLM-Steering member."""
+        """This SAE item's X-miLLM-Steering member (a circuit's: Snapshot.members)."""
         sae_id = self.sae.sae_id
         if self.kind == "profile":
             return profile_member(
@@ -70,6 +75,7 @@ def applied_sae(
     scale: float = 1.0,
     name: str = "",
     source: str = "",
+    rung: int = 0,
 ) -> AppliedSAE:
     """The item applying clamp(strength × scale) for each feature of `sae` at `layer`.
 
@@ -106,6 +112,7 @@ def applied_sae(
         name=name,
         source=source,
         intensity=scale,
+        rung=rung,
     )
 
 
@@ -116,29 +123,54 @@ class Snapshot:
     items: tuple[AppliedSAE, ...] = ()
     vectors: Mapping[int, torch.Tensor] = field(default_factory=dict)
     key: Hashable = ()
+    unreadable: tuple[str, ...] = ()  # active circuits whose definition cannot be parsed
 
     def members(self, layers: Iterable[int] | None = None) -> list[Member]:
-        """Header members of the items (only those at `layers`, when given)."""
-        keep = None if layers is None else frozenset(layers)
-        return [i.member() for i in self.items if keep is None or i.layer in keep]
+        """Header members of the items (only those at `layers`, when given): one per SAE
+        item, one per circuit."""
+        kept = self._at(layers)
+        members = [i.member() for i in kept if i.kind != "circuit"]
+        circuits: dict[str, list[AppliedSAE]] = {}
+        for item in kept:
+            if item.kind == "circuit":
+                circuits.setdefault(item.name, []).append(item)
+        for circuit_id, own in circuits.items():
+            mine = {i.layer for i in own}
+            others = {i.layer for c, items in circuits.items() if c != circuit_id for i in items}
+            members.append(
+                CircuitMember(circuit_id, own[0].intensity, composed=bool(mine & others))
+            )
+        return members
+
+    def circuits(self, layers: Iterable[int] | None = None) -> list[CircuitState]:
+        """The circuits steering in this state (and the unreadable active ones), as the
+        rung header sees them (steering/rung.py)."""
+        kept = self._at(layers)
+        rungs = {i.name: i.rung for i in kept if i.kind == "circuit"}
+        states = [CircuitState(id=c, rung=r) for c, r in sorted(rungs.items())]
+        return states + [CircuitState(id=c, rung=None) for c in self.unreadable]
 
     def layers(self) -> frozenset[int]:
         return frozenset(self.vectors)
+
+    def _at(self, layers: Iterable[int] | None) -> list[AppliedSAE]:
+        keep = None if layers is None else frozenset(layers)
+        return [i for i in self.items if keep is None or i.layer in keep]
 
 
 EMPTY = Snapshot()
 
 
-def snapshot(items: Iterable[AppliedSAE]) -> Snapshot:
+def snapshot(items: Iterable[AppliedSAE], unreadable: Iterable[str] = ()) -> Snapshot:
     """The snapshot of `items`: vectors summed per layer, layers with nothing applied skipped."""
-    kept = tuple(sorted(items, key=lambda i: (i.layer, i.sae.sae_id)))
+    kept = tuple(sorted(items, key=lambda i: (i.layer, i.sae.sae_id, i.kind, i.name)))
     vectors: dict[int, torch.Tensor] = {}
     for entry in kept:
         if entry.applied:
             previous = vectors.get(entry.layer)
             vectors[entry.layer] = entry.vector if previous is None else previous + entry.vector
     key = tuple(entry.key() for entry in kept if entry.applied)
-    return Snapshot(kept, MappingProxyType(vectors), key)
+    return Snapshot(kept, MappingProxyType(vectors), key, tuple(sorted(set(unreadable))))
 
 
 __all__ = ["APPLIED_KINDS", "EMPTY", "LIMIT", "AppliedSAE", "Snapshot", "applied_sae", "snapshot"]

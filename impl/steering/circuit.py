@@ -80,23 +80,27 @@ class Circuit:
         declared = self.intensity_range is not None
         return dial.resolve_circuit(chosen, self.bounds(envelope), declared=declared)
 
+    def groups(self) -> dict[tuple[int, str], dict[int, float]]:
+        """(layer, SAE) -> index -> authored strength, by layer then SAE."""
+        groups: dict[tuple[int, str], dict[int, float]] = {}
+        for m in sorted(self.members, key=lambda m: (m.layer, m.sae_id, m.index)):
+            groups.setdefault((m.layer, m.sae_id), {})[m.index] = m.strength
+        return groups
+
     def applied(self, scale: float) -> list[Applied]:
         """Every (SAE, layer) the circuit steers at λ = `scale`, by layer then SAE."""
-        groups: dict[tuple[int, str], dict[int, float]] = {}
-        clamps: dict[tuple[int, str], int] = {}
-        for m in self.members:
-            key = (m.layer, m.sae_id)
-            raw = m.strength * scale
-            value = clamp(raw)
-            clamps[key] = clamps.get(key, 0) + (value != raw)
-            if value != 0.0:
-                groups.setdefault(key, {})[m.index] = value
-            else:
-                groups.setdefault(key, {})
-        return [
-            Applied(sae_id, layer, groups[(layer, sae_id)], clamps[(layer, sae_id)])
-            for layer, sae_id in sorted(groups)
-        ]
+        found: list[Applied] = []
+        for (layer, sae_id), authored in self.groups().items():
+            strengths: dict[int, float] = {}
+            clamped = 0
+            for index, strength in authored.items():
+                raw = strength * scale
+                value = clamp(raw)
+                clamped += value != raw
+                if value != 0.0:
+                    strengths[index] = value
+            found.append(Applied(sae_id, layer, strengths, clamped))
+        return found
 
 
 def parse(raw: Any) -> Circuit:

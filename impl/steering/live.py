@@ -1,4 +1,5 @@
-"""The operator's steering state: attached SAEs, live ("manual") values, the active profile.
+"""The operator's steering state: attached SAEs, live ("manual") values, the active
+profile and the active circuits.
 
 The management API changes it; every change an operator makes moves the
 steering epoch (OAI-INL-04: requests never do) and swaps in a new snapshot
@@ -10,14 +11,23 @@ over it (OAI-CONC-02).
 An attachment is an SAE at one layer of one model (the same SAE may attach
 at two layers). It steers only while that model is resident; attachments,
 their live values and the active profile are kept in SQLite, so a restart
-finds them again. The global state, per model, is: for each attachment,
-the active profile if it claims that SAE and layer (`profile`,
-`source=active`, scaled by the profile's persistent dial), else the live
-values set on it (`manual`).
+finds them again. The global state, per model, is made of its bases:
+
+    the active profile   its SAE and layer (`profile`, `source=active`), scaled by
+                         its persistent dial by the cluster rule (OAI-DIAL)
+    each active circuit  every (SAE, layer) of it that is attached (`circuit`),
+                         authored strengths x its persistent dial by the circuit
+                         rule (OAI-CIRCUIT); in `slice_fallback` mode its backing
+                         cluster instead, by the cluster rule (OAI-CIRCUIT-10)
+
+and, on each attachment no base claims, the live values set on it (`manual`).
+Bases on one layer add up. A request's λ alone (`dialled`) re-derives every base
+at that λ, each by its own rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -25,10 +35,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ApiError, InvalidParameter
+from ..store.circuits import CircuitRow, CircuitStore
 from ..store.database import Database
-from ..store.profiles import Profile, ProfileStore
+from ..store.profiles import Profile, ProfileNotFound, ProfileStore
+from . import circuit as circuits
 from . import dial
 from .applied import EMPTY, AppliedSAE, Snapshot, applied_sae, snapshot
+from .circuit import Circuit, CircuitError
 from .hashing import LIMIT
 from .sae import SAE, SAEFormatError, SAERegistry
 
@@ -53,6 +66,26 @@ class Attachment:
 class _State:
     epoch: int
     snapshots: Mapping[str, Snapshot]
+    profile: Profile | None = None  # the active profile
+    circuits: tuple[Circuit, ...] = ()  # the active circuits, at their persistent dials
+    unreadable: tuple[str, ...] = ()  # active circuits whose document no longer parses
+
+
+@dataclass(frozen=True, slots=True)
+class Dialled:
+    """The global state with a request's λ applied to every base, and the λ to echo."""
+
+    snapshot: Snapshot
+    echo: float
+
+
+def load_circuit(row: CircuitRow) -> Circuit:
+    """The circuit a stored row holds, at its persistent dial (CircuitError if unreadable)."""
+    try:
+        document = row.parsed()
+    except ValueError as exc:
+        raise CircuitError(f"the stored document is not JSON: {exc}", "") from exc
+    return dataclasses.replace(circuits.parse(document), intensity=row.intensity)
 
 
 def check_strengths(
@@ -78,11 +111,20 @@ class LiveSteering:
     """Attachments, live values and the active profile, with the epoch and snapshots."""
 
     def __init__(
-        self, saes: SAERegistry, profiles: ProfileStore, db: Database, bounds: dial.Bounds
+        self,
+        saes: SAERegistry,
+        profiles: ProfileStore,
+        db: Database,
+        bounds: dial.Bounds,
+        *,
+        circuits: CircuitStore,
+        circuit_bounds: dial.Bounds,
     ) -> None:
         self.saes = saes
         self.profiles = profiles
-        self.bounds = bounds
+        self.circuits = circuits
+        self.bounds = bounds  # a cluster's (profile's) when it declares no range
+        self.circuit_bounds = circuit_bounds  # the envelope of a circuit's dial
         self._db = db
         self._attachments: dict[tuple[str, str, int], Attachment] = {}
         self._state = _State(0, {})
@@ -201,26 +243,118 @@ class LiveSteering:
 
     def changed(self) -> None:
         """Rebuild every model's snapshot and move the epoch: an operator changed steering."""
-        active = self.profiles.active()
+        active, unreadable = [], []
+        for row in self.circuits.active():
+            try:
+                active.append(load_circuit(row))
+            except CircuitError as exc:
+                log.warning("active circuit %s cannot be read: %s", row.id, exc)
+                unreadable.append(row.id)
+        base = _State(
+            self._state.epoch + 1, {}, self.profiles.active(), tuple(active), tuple(unreadable)
+        )
         snapshots: dict[str, Snapshot] = {}
         for model_id in {a.model_id for a in self._attachments.values()}:
-            snapshots[model_id] = self._global(model_id, active)
-        self._state = _State(self._state.epoch + 1, snapshots)
+            snapshots[model_id] = self._global(base, model_id, None)[0]
+        self._state = dataclasses.replace(base, snapshots=snapshots)
         log.info("steering epoch %d", self._state.epoch)
+
+    def dialled(self, model_id: str, value: dial.Dial) -> Dialled | None:
+        """The global state with every base at the request's λ (OAI-DIAL-03, CIRCUIT-01);
+        None when no base steers `model_id`. Live values stay as they are."""
+        found, echo = self._global(self._state, model_id, value)
+        return None if echo is None else Dialled(found, echo)
+
+    def circuit_items(
+        self, circuit: Circuit, model_id: str, value: dial.Dial | None = None
+    ) -> tuple[list[AppliedSAE], float]:
+        """A circuit's items on `model_id` at the request's λ (None: its persistent dial),
+        and that λ. Each member goes through the SAE attached at its own layer (OAI-CIRCUIT-02);
+        a (SAE, layer) not attached, or one whose SAE lacks an index, steers nothing."""
+        if circuit.mode == "slice_fallback":
+            return self._fallback(circuit, model_id, value)
+        lam = circuit.dial(value, self.circuit_bounds)
+        if lam == 0.0:
+            return [], lam
+        items: list[AppliedSAE] = []
+        for (layer, sae_id), authored in circuit.groups().items():
+            attachment = self._attachments.get((model_id, sae_id, layer))
+            if attachment is None:
+                continue
+            if any(not 0 <= i < attachment.sae.d_sae for i in authored):
+                log.warning("circuit %s names features past SAE %s", circuit.id, sae_id)
+                continue
+            item = applied_sae(
+                "circuit",
+                attachment.sae,
+                layer,
+                authored,
+                scale=lam,
+                name=circuit.id,
+                rung=circuit.rung,
+            )
+            if item.applied:
+                items.append(item)
+        return items, lam
 
     # -- internals ------------------------------------------------------------------
 
-    def _global(self, model_id: str, active: Profile | None) -> Snapshot:
-        claimed = None if active is None else self.profile_applied_sae(active, model_id, "active")
-        items: list[AppliedSAE] = [] if claimed is None else [claimed]
+    def _fallback(
+        self, circuit: Circuit, model_id: str, value: dial.Dial | None
+    ) -> tuple[list[AppliedSAE], float]:
+        """A slice-fallback circuit: its backing cluster at the circuit's dial, by the cluster
+        rule, floor included (OAI-CIRCUIT-10); no `circuit` member, so no rung header."""
+        assert circuit.backing_cluster is not None
+        try:
+            profile = self.profiles.get(circuit.backing_cluster)
+        except ProfileNotFound:
+            log.warning("circuit %s: no backing cluster %s", circuit.id, circuit.backing_cluster)
+            return [], 0.0
+        bounds = dial.Bounds.of(profile.intensity_range, self.bounds)
+        lam = dial.resolve(circuit.intensity if value is None else value, bounds)
+        item = self.profile_applied_sae(profile, model_id, "active", lam)
+        return ([] if item is None else [item]), lam
+
+    def _global(
+        self, state: _State, model_id: str, value: dial.Dial | None
+    ) -> tuple[Snapshot, float | None]:
+        """`model_id`'s state from `state`'s bases, at λ = `value` (None: each base's own
+        dial), and the λ to echo: the first steering circuit's (by id), else the active
+        profile's, else a slice-fallback cluster's (None: no base steers)."""
+        bases: list[tuple[list[AppliedSAE], float]] = []
+        if state.profile is not None:
+            lam = None
+            if value is not None:
+                bounds = dial.Bounds.of(state.profile.intensity_range, self.bounds)
+                lam = dial.resolve(value, bounds)
+            claimed = self.profile_applied_sae(state.profile, model_id, "active", lam)
+            if claimed is not None:
+                bases.append(([claimed], claimed.intensity))
+        items: list[AppliedSAE] = []
+        echoes: list[tuple[int, float]] = []  # (0 for a circuit, 1 for a profile; λ)
+        for circuit in state.circuits:  # a circuit dialled to off is still a base
+            found, lam = self.circuit_items(circuit, model_id, value)
+            if circuit.mode == "circuit" and self._touches(circuit, model_id):
+                echoes.append((0, lam))
+            bases.append((found, lam))
+        for found, lam in bases:  # a cluster that is already a base is not added again
+            named = {i.name for i in items if i.kind == "profile"}
+            fresh = [i for i in found if i.kind == "circuit" or i.name not in named]
+            items += fresh
+            if fresh and fresh[0].kind == "profile":
+                echoes.append((1, lam))
+        pairs = {(i.sae.sae_id, i.layer) for i in items}
         for attachment in self.attachments(model_id):
-            if claimed is not None and attachment.pair == (claimed.sae.sae_id, claimed.layer):
-                continue
-            if attachment.manual:
+            if attachment.pair not in pairs and attachment.manual:
                 items.append(
                     applied_sae("manual", attachment.sae, attachment.layer, attachment.manual)
                 )
-        return snapshot(items)
+        echo = min(echoes, key=lambda e: e[0])[1] if echoes else None
+        return snapshot(items, state.unreadable), echo
+
+    def _touches(self, circuit: Circuit, model_id: str) -> bool:
+        """Whether an SAE is attached on one of the circuit's (SAE, layer) pairs."""
+        return any((model_id, sae, layer) in self._attachments for layer, sae in circuit.groups())
 
     def _sae(self, sae_id: str) -> SAE:
         try:

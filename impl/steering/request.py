@@ -7,8 +7,9 @@ against the live state, or refuses with the documented 4xx:
                    (OAI-INL); `features: []` is explicitly unsteered
     profile        the named profile replaces the global state (OAI-PROF),
                    scaled by the request's λ or the profile's stored dial
-    λ only         the base (active profile, else the live values) scaled
-                   by λ; other live values stay as they are (OAI-DIAL-10)
+    λ only         the bases (active profile, active circuits) re-derived at
+                   λ, else the live values scaled by λ; other live values
+                   stay as they are (OAI-DIAL-10, OAI-CIRCUIT-01)
     λ = 0 / "off"  unsteered, the base not validated (OAI-DIAL-11)
     nothing        the global state, as the operator leaves it
 
@@ -204,23 +205,18 @@ def _number(value: dial.Dial | None, profile: Profile, live: LiveSteering) -> fl
 def _dialled(
     value: dial.Dial, live: LiveSteering, model_id: str, attached: Sequence[Attachment]
 ) -> Resolution:
-    """λ without a profile scales the base: the active profile if live, else the live values."""
+    """λ without a profile re-derives every base at λ (the active profile, the active
+    circuits, each by its own rule); without a base it scales the live values."""
     if not attached:
         return Resolution(None)
+    based = live.dialled(model_id, value)
+    if based is not None:
+        return Resolution(based.snapshot, based.echo)
     _, current = live.read(model_id)
-    active = [i for i in current.items if i.kind == "profile"]
-    base = active or [i for i in current.items if i.kind == "manual"]
-    if not base:
+    if not current.items:
         return Resolution(None)
-    if active:
-        profile = _find(live, active[0].name)
-        lam = dial.resolve(value, dial.Bounds.of(profile.intensity_range, live.bounds))
-        scaled = live.profile_applied_sae(profile, model_id, "active", lam)
-        assert scaled is not None
-        rest = [i for i in current.items if i is not active[0]]
-        return Resolution(snapshot([scaled, *rest]), lam)
     lam = dial.resolve(value, live.bounds)
     items: list[AppliedSAE] = [
         applied_sae("manual", i.sae, i.layer, dict(i.applied), scale=lam) for i in current.items
     ]
-    return Resolution(snapshot(items), lam)
+    return Resolution(snapshot(items, current.unreadable), lam)

@@ -9,7 +9,8 @@ this object.
 
 The source records the snapshot the hooks last applied, so the response
 header states what ran (OAI-HDR-02), not what was asked, with `changed`
-when the epoch moved (OAI-HDR-03).
+when the epoch moved (OAI-HDR-03), and X-miLLM-Circuit-Rung the evidence of
+the circuits in it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from .applied import Snapshot
 from .header import serialize
 from .live import LiveSteering
+from .rung import RequestState, rung_header
 
 
 class RequestSource:
@@ -70,8 +72,15 @@ class RequestSource:
 
     def header(self) -> str:
         """X-miLLM-Steering: what the hooks applied last, `changed` if the epoch moved."""
-        applied = self._applied if self._applied is not None else self.current()
-        return serialize(applied.members(self._layers), changed=self.changed())
+        return serialize(self._last().members(self._layers), changed=self.changed())
+
+    def rung(self) -> str | None:
+        """X-miLLM-Circuit-Rung for what the hooks applied last, or None where OAI-RUNG-09..17
+        omit it: no `circuit` member in X-miLLM-Steering means no rung."""
+        return rung_header(self._last().circuits(self._layers), RequestState())
+
+    def _last(self) -> Snapshot:
+        return self._applied if self._applied is not None else self.current()
 
 
 class FixedSource:

@@ -56,6 +56,16 @@ MIGRATIONS: Sequence[str] = (
     );
     CREATE INDEX probe_results_request ON probe_results (request_id);
     """,
+    """
+    CREATE TABLE circuits (
+        id        TEXT PRIMARY KEY,
+        document  TEXT NOT NULL,
+        intensity REAL NOT NULL,
+        active    INTEGER NOT NULL DEFAULT 0,
+        created   REAL NOT NULL,
+        updated   REAL NOT NULL
+    );
+    """,
 )
 
 

@@ -19,6 +19,7 @@ from miserver.steering.live import LiveSteering
 from miserver.steering.request import InlineSet, SteeringAsk, resolve_steering
 from miserver.steering.sae import SAERegistry
 from miserver.steering.source import RequestSource
+from miserver.store.circuits import CircuitStore
 from miserver.store.database import Database
 from miserver.store.profiles import ProfileStore
 from tests.unit.test_sae import cfg_for, weights_for, write_sae
@@ -33,7 +34,14 @@ def live(tmp_path: Path) -> LiveSteering:
     for name, seed in (("a", 0), ("b", 1)):
         write_sae(saes / name, cfg_for("standard"), weights_for("standard", seed))
     db = Database(tmp_path / "db.sqlite3")
-    state = LiveSteering(SAERegistry(saes), ProfileStore(db), db, DEFAULT)
+    state = LiveSteering(
+        SAERegistry(saes),
+        ProfileStore(db),
+        db,
+        DEFAULT,
+        circuits=CircuitStore(db),
+        circuit_bounds=Bounds.configured(0.0, 2.0),
+    )
     state.attach(MODEL, "a", None, width=8, depth=6)
     return state
 

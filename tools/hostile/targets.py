@@ -3,7 +3,8 @@
 A base body is valid, cheap (one token at most) and leaves nothing behind that
 changes a later reply: its model, SAE and profile names do not exist (the
 profile `hostile` is created and deleted; it is never made active; the probe
-`hostile` likewise, never armed), and the
+`hostile` likewise, never armed; the circuit `hostile` names an SAE that does
+not exist, so it is never stored), and the
 config change names an unknown key. The corpus's cases are edits of these
 bodies; `routes.json` carries them, so the tests and the bench read them as data.
 """
@@ -188,6 +189,21 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
         {"schema": "mi.cluster/v1", "name": "hostile", **_PROFILE},
     ),
     "profile-dial": ("PUT", "/api/profiles/hostile/dial", {"intensity": 1.0}),
+    "circuit-import": (
+        "POST",
+        "/api/circuits",
+        {
+            "schema": "mi.circuit/v1",
+            "id": "hostile",
+            "members": [{"sae_id": "hostile-sae", "layer": 0, "index": 0, "strength": 1.5}],
+            "evidence": {"rung": 1, "ladder": [{"rung": 1, "summary": "hostile"}]},
+            "intensity_range": [0.5, 1.5],
+        },
+    ),
+    "circuit-dial": ("PUT", "/api/circuits/hostile/dial", {"intensity": 1.0}),
+    "circuit-activate": ("PUT", "/api/circuits/hostile/active", None),
+    "circuit-deactivate": ("DELETE", "/api/circuits/hostile/active", None),
+    "circuit-delete": ("DELETE", "/api/circuits/hostile", None),
     "lock-put": ("PUT", "/api/steering/lock", {"model": "hostile-no-such-model"}),
     "lock-delete": ("DELETE", "/api/steering/lock", None),
     "probe-put": ("PUT", "/api/probes/hostile", _PROBE),
@@ -224,6 +240,9 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "profiles": ("GET", "/api/profiles", None),
     "profile": ("GET", "/api/profiles/hostile", None),
     "lock": ("GET", "/api/steering/lock", None),
+    "circuits": ("GET", "/api/circuits", None),
+    "circuits-active": ("GET", "/api/circuits/active", None),
+    "circuit": ("GET", "/api/circuits/hostile", None),
     "probes": ("GET", "/api/probes", None),
     "probe": ("GET", "/api/probes/hostile", None),
     "probe-events": ("GET", "/api/probes/events", None),

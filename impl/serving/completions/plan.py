@@ -92,6 +92,16 @@ class Plan:
             log.exception("reading the applied steering state failed")
             return serialize([Unknown("read_failed")])
 
+    def rung_header(self) -> str | None:
+        """X-miLLM-Circuit-Rung for what the hooks applied (None: omitted, OAI-RUNG-09..17)."""
+        if self.steering is None:
+            return None
+        try:
+            return self.steering.rung()
+        except Exception:  # an unreadable state claims no evidence (OAI-RUNG-11)
+            log.exception("reading the applied circuits failed")
+            return None
+
     @property
     def constraint(self) -> Constraint | None:
         """The grammar every choice is generated under: the output format's, or the tools'

@@ -447,6 +447,9 @@ class CompletionService:
             body["millm"] = millm
         steering = plan.steering_header()
         headers = {**headers, **format_header(plan.tools), hdr.STEERING: steering}
+        rung = plan.rung_header()
+        if rung is not None:  # only when a circuit steered (OAI-RUNG-01, RUNG-09..17)
+            headers[hdr.CIRCUIT_RUNG] = rung
         if plan.watch is not None:  # only while a probe is armed (OAI-PROBE-06)
             body["millm_probe_verdicts"] = verdicts
             headers[hdr.PROBE_VERDICTS] = serialize_verdicts(verdicts, choices=len(choices))
