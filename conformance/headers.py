@@ -12,6 +12,10 @@ layer, then by sae (OAI-GRAM-25). It returns the members with their values
 decoded, or raises `HeaderGrammarError` saying which rule broke.
 
 `X-miLLM-Ignored-Fields` is an RFC 8941 List of Strings (`parse_string_list`).
+
+`X-miLLM-Circuit-Rung` is checked against spec/grammar/circuit-rung-header.abnf
+(`parse_rung`): an RFC 8941 Integer 0-3 with a `language` String that is exactly
+its rung's phrase (OAI-RUNG-02, -05..08), canonical or with spaces after `;`.
 """
 
 from __future__ import annotations
@@ -154,3 +158,36 @@ def parse_string_list(value: str) -> list[str]:
             raise ValueError(f"member {item!s} is not a String")
         found.append(item.value)
     return found
+
+
+RUNG_LANGUAGE = {
+    0: "associated",
+    1: "suggested (attribution-supported)",
+    2: "causally validated (edge)",
+    3: "faithfulness-tested (circuit)",
+}
+RUNG_VALUE = re.compile(r'([0-3]); *language=("(?:[^"\\]|\\.)*")')
+_RUNG_IDS = {0: "OAI-RUNG-05", 1: "OAI-RUNG-06", 2: "OAI-RUNG-07", 3: "OAI-RUNG-08"}
+
+
+def parse_rung(value: str) -> tuple[int, str]:
+    """(rung, language) of an `X-miLLM-Circuit-Rung` value; HeaderGrammarError otherwise."""
+    item = Item()
+    try:
+        item.parse(value.encode("latin-1"))
+    except (ValueError, UnicodeEncodeError):
+        raise HeaderGrammarError(f"{value!r} is not an RFC 8941 Item", "OAI-RUNG-02") from None
+    found = RUNG_VALUE.fullmatch(value)
+    if found is None or type(item.value) is not int or set(item.params) != {"language"}:
+        raise HeaderGrammarError(
+            f"{value!r} does not match spec/grammar/circuit-rung-header.abnf "
+            "(an Integer 0-3 and one `language` String)",
+            "OAI-RUNG-02",
+        )
+    rung, language = item.value, item.params["language"]
+    if language != RUNG_LANGUAGE[rung]:
+        raise HeaderGrammarError(
+            f"rung {rung}'s language is {RUNG_LANGUAGE[rung]!r}, not {language!r}",
+            _RUNG_IDS[rung],
+        )
+    return rung, language

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from ..registry import REGISTRY, Check
 from . import (
     activations,
+    circuits,
     errors,
     models,
     probes,
@@ -24,6 +25,7 @@ from . import (
 __all__ = [
     "activations",
     "all_checks",
+    "circuits",
     "errors",
     "models",
     "probes",

@@ -33,7 +33,7 @@ class Attachment:
     d_sae: int
 
 
-def _members(response: httpx.Response, requirement: str) -> list[Member]:
+def steering_members(response: httpx.Response, requirement: str) -> list[Member]:
     value = response.headers.get(STEERING)
     if value is None:
         raise HeaderViolation(f"an {STEERING} header", "no such header", requirement)
@@ -63,10 +63,10 @@ def steering_header_grammar(ctx: Context) -> None:
     expect_status(chat, 200, "OAI-HDR-05")
     if STEERING not in chat.headers:
         raise NotOffered(f"a chat completion carries no {STEERING} header")
-    _members(chat, "OAI-HDR-05")
+    steering_members(chat, "OAI-HDR-05")
     completion = ctx.post("/completions", ctx.completion_body())
     expect_status(completion, 200, "OAI-HDR-07")
-    _members(completion, "OAI-HDR-07")
+    steering_members(completion, "OAI-HDR-07")
 
 
 def attachment_of(ctx: Context) -> Attachment:
@@ -148,7 +148,7 @@ def inline_steering_hash(ctx: Context) -> None:
     steering = {"sae_id": attachment.sae_id, "features": features}
     response = ctx.post("/chat/completions", ctx.chat_body(max_tokens=2, steering=steering))
     expect_status(response, 200, "OAI-INL-01")
-    _expect_inline(_members(response, "OAI-INL-29"), attachment, features)
+    _expect_inline(steering_members(response, "OAI-INL-29"), attachment, features)
     body = ctx.chat_body(max_tokens=2, steering=steering, stream=True)
     _, stream = streamed(ctx, "/chat/completions", body)
     values = [c["millm_steering"] for c in stream.chunks if "millm_steering" in c]

@@ -18,6 +18,12 @@ Each name in `faults` breaks one thing:
                         last one wins; 2,000 nested arrays, a 500
     lenient_values      lone surrogate escapes and numbers past int64 are taken as they come
     probe_verdicts_unsorted  X-miLLM-Probe-Verdicts lists its entries in reverse order
+    rung_grammar        the rung-1 circuit is described as "causally validated (edge)"
+    circuit_hash        the active circuit's layer hash also covers the layer
+    cluster_hash        a dialled cluster's hash is over the stored strengths, not x λ
+
+With extensions it also has one active circuit (two members at the SAE's layer,
+one past ±200 at its dial) and one stored cluster.
 """
 
 from __future__ import annotations
@@ -45,6 +51,15 @@ SAE = "fake-sae"
 LAYER = 3
 D_SAE = 16
 WORDS = ["Hello", " there", ",", " friend", "!"]
+CIRCUIT = "crc_fake"
+CIRCUIT_LAMBDA = 1.5
+CIRCUIT_MEMBERS = [
+    {"sae_id": SAE, "layer": LAYER, "index": 1, "strength": 150.0},
+    {"sae_id": SAE, "layer": LAYER, "index": 2, "strength": 10.0},
+]
+CLUSTER = "fake-cluster"
+CLUSTER_FEATURES = [{"index": 3, "strength": 40.0}, {"index": 4, "strength": -12.5}]
+RUNG_1 = "suggested (attribution-supported)"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 FAULTS = (
     "error_shape",
@@ -58,6 +73,9 @@ FAULTS = (
     "lenient_values",
     "activations_last_token",
     "probe_verdicts_unsorted",
+    "rung_grammar",
+    "circuit_hash",
+    "cluster_hash",
 )
 PROBE = "fake-probe"
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -150,8 +168,10 @@ class Fake:
         if "steering_grammar" in self.faults:
             return "nothing"
         steering = body.get("steering")
-        if not steering or not steering.get("features"):
+        if steering is not None and not steering.get("features"):
             return "none"
+        if steering is None:
+            return self.base_value(body)
         sent = [(f["index"], f["strength"]) for f in steering["features"]]
         count = sum(1 for _, s in sent if float(s) != 0.0)
         clamped = sum(1 for _, s in sent if abs(float(s)) > 200.0)
@@ -159,6 +179,35 @@ class Fake:
         value = f'inline;sae="{SAE}";layer={LAYER};features={count};'
         value += f'hash="{steering_set_hash(hashed_id, sent)}"'
         return value + (f";clamped={clamped}" if clamped else "")
+
+    def base_value(self, body: dict[str, Any]) -> str:
+        """Without inline steering: the named cluster, else the active circuit (off at 0)."""
+        dial = body.get("steering_intensity")
+        if dial in (0, "off") or body.get("logprobs") not in (None, False):  # off, or scoring
+            return "none"
+        if body.get("profile") == CLUSTER:
+            lam = float(dial) if isinstance(dial, int | float) else 1.0
+            stored = [(f["index"], f["strength"]) for f in CLUSTER_FEATURES]
+            scaled = stored if "cluster_hash" in self.faults else [(i, v * lam) for i, v in stored]
+            value = f'profile;name="{CLUSTER}";source=request;intensity="{lam!r}";sae="{SAE}";'
+            return value + f'layer={LAYER};features=2;hash="{steering_set_hash(SAE, scaled)}"'
+        return f'circuit;id="{CIRCUIT}";intensity="{CIRCUIT_LAMBDA!r}"'
+
+    def rung(self) -> str:
+        phrase = "causally validated (edge)" if "rung_grammar" in self.faults else RUNG_1
+        return f'1;language="{phrase}"'
+
+    def circuits(self) -> dict[str, Any]:
+        """GET /api/circuits/active: the one circuit, its layer hash, the evidence."""
+        scaled = [(m["index"], m["strength"] * CIRCUIT_LAMBDA) for m in CIRCUIT_MEMBERS]
+        hashed = f"{SAE}/layer_{LAYER}" if "circuit_hash" in self.faults else SAE
+        layer = {"sae_id": SAE, "layer": LAYER, "attached": True, "features": 2, "clamped": 1}
+        layer["hash"] = steering_set_hash(hashed, scaled)
+        circuit = {"id": CIRCUIT, "rung": 1, "language": RUNG_1, "mode": "circuit"}
+        circuit |= {"intensity": CIRCUIT_LAMBDA, "resolved_intensity": CIRCUIT_LAMBDA}
+        circuit |= {"steering": True, "layers": [layer], "error": None}
+        evidence = {"rung": 1, "language": RUNG_1, "header": f'1;language="{RUNG_1}"'}
+        return {"model": MODEL, "epoch": 1, "circuits": [circuit], "steering": evidence}
 
     def headers(self, body: dict[str, Any], strict: str | None, stream: bool) -> dict[str, str]:
         if not self.extensions:
@@ -170,6 +219,8 @@ class Fake:
             headers["X-miLLM-Ignored-Fields"] = '"user"'
         if not stream:
             headers["X-miLLM-Steering"] = self.steering_value(body)
+            if headers["X-miLLM-Steering"].startswith("circuit;"):
+                headers["X-miLLM-Circuit-Rung"] = self.rung()
         return headers
 
     # -- request checks ----------------------------------------------------------------
@@ -468,6 +519,19 @@ def fake_app(
         listed = {"name": PROBE, "armed": True, "windows": ["last_user", "completion"]}
         return JSONResponse({"object": "list", "data": [listed]})
 
+    async def circuits_active(request: Request) -> Response:
+        return JSONResponse(fake.circuits())
+
+    async def circuit(request: Request) -> Response:
+        if request.path_params["circuit_id"] != CIRCUIT:
+            return fake.error(Refusal(404, "circuit_not_found", "id", "no such circuit"))
+        document = {"schema": "mi.circuit/v1", "id": CIRCUIT, "members": CIRCUIT_MEMBERS}
+        return JSONResponse({"id": CIRCUIT, "document": document | {"evidence": {"rung": 1}}})
+
+    async def profiles(request: Request) -> Response:
+        cluster = {"name": CLUSTER, "sae_id": SAE, "layer": LAYER, "features": CLUSTER_FEATURES}
+        return JSONResponse({"object": "list", "data": [cluster]})
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -478,6 +542,9 @@ def fake_app(
     if extensions:
         routes.append(Route("/api/steering", steering))
         routes.append(Route("/api/probes", probes))
+        routes.append(Route("/api/circuits/active", circuits_active))
+        routes.append(Route("/api/circuits/{circuit_id}", circuit))
+        routes.append(Route("/api/profiles", profiles))
     app = Starlette(routes=routes)
     if api_key is not None:
         app.add_middleware(BaseHTTPMiddleware, dispatch=_key_check(fake, api_key))

@@ -23,7 +23,7 @@ from miserver.conformance import Outcome, Report, run
 from miserver.conformance.checks import all_checks
 from miserver.settings import Settings
 from tests.conformance.conftest import serving
-from tests.conftest import MODEL_ID, SAE_ID, cache_dir
+from tests.conftest import JSON, MODEL_ID, SAE_ID, cache_dir
 
 pytestmark = [pytest.mark.model, pytest.mark.e2e]
 
@@ -41,6 +41,26 @@ GGUF_NOT_OFFERED = {
     "chat_scoring_shape",
     "scoring_needs_one_token",
     "inline_steering_hash",
+    "circuit_rung_header",
+    "circuit_member_hash",
+    "cluster_member_hash",
+}
+CIRCUIT = {  # one member past ±200 at the dial: saturated while the other scales
+    "schema": "mi.circuit/v1",
+    "id": "crc_kit",
+    "members": [
+        {"sae_id": SAE_ID, "layer": 12, "index": 9, "strength": 150.0},
+        {"sae_id": SAE_ID, "layer": 12, "index": 5, "strength": 10.0},
+    ],
+    "intensity": 1.5,
+    "evidence": {"rung": 2},
+}
+CLUSTER = {
+    "schema": "mi.cluster/v1",
+    "name": "kit-cluster",
+    "sae_id": SAE_ID,
+    "layer": 12,
+    "features": [{"index": 3, "strength": 0.3}, {"index": 17, "strength": -12.5}],
 }
 GGUF_CHECKS = [*sorted(GGUF_NOT_OFFERED), "chat_stream_framing", "ignored_fields_reported"]
 
@@ -49,8 +69,8 @@ GGUF_CHECKS = [*sorted(GGUF_NOT_OFFERED), "chat_stream_framing", "ignored_fields
 def steering_server(
     tmp_path_factory: pytest.TempPathFactory, saes_dir: Path, trained_probe: Path
 ) -> Iterator[str]:
-    """SmolLM2 on transformers with the trained SAE attached and the trained probe armed;
-    yields the /v1 base URL."""
+    """SmolLM2 on transformers with the trained SAE attached, a circuit on it active, a cluster
+    stored and the trained probe armed; yields the /v1 base URL."""
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("kit-data"),
         cache_dir=cache_dir(),
@@ -60,6 +80,11 @@ def steering_server(
     with serving(Server(settings)) as origin:
         attached = httpx.post(f"{origin}/api/steering/attachments", json={"sae_id": SAE_ID})
         assert attached.status_code in (200, 201), attached.text
+        for path, document in (("/api/circuits", CIRCUIT), ("/api/clusters", CLUSTER)):
+            imported = httpx.post(f"{origin}{path}", json=document)
+            assert imported.status_code == 201, imported.text
+        active = httpx.put(f"{origin}/api/circuits/{CIRCUIT['id']}/active", headers=JSON)
+        assert active.status_code == 200, active.text
         probe = {"path": str(trained_probe), "armed": True}
         imported = httpx.post(f"{origin}/api/probes/import", json=probe)
         assert imported.status_code == 201, imported.text

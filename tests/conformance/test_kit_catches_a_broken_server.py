@@ -35,6 +35,9 @@ EXTENSION_CHECKS = {
     "inline_steering_hash",
     "ignored_fields_reported",
     "strict_mode_refuses_ignored_fields",
+    "circuit_rung_header",
+    "circuit_member_hash",
+    "cluster_member_hash",
 }
 # fault -> (the check that must fail, the requirement ID its failure names)
 CAUGHT = {
@@ -49,6 +52,9 @@ CAUGHT = {
     "lenient_values": ("unrepresentable_values_refused", "OAI-ERR-01"),
     "activations_last_token": ("activations_reply", "OAI-ACT-05"),
     "probe_verdicts_unsorted": ("probe_verdicts_reply", "OAI-PROBE-03"),
+    "rung_grammar": ("circuit_rung_header", "OAI-RUNG-06"),
+    "circuit_hash": ("circuit_member_hash", "OAI-CIRCUIT-09"),
+    "cluster_hash": ("cluster_member_hash", "OAI-HASH-06"),
 }
 
 

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from miserver.conformance.headers import (
+    RUNG_LANGUAGE,
     HeaderGrammarError,
     Member,
+    parse_rung,
     parse_steering,
     parse_string_list,
 )
@@ -154,3 +156,40 @@ def test_ignored_fields_is_a_list_of_strings() -> None:
         parse_string_list("user")
     with pytest.raises(ValueError):
         parse_string_list('"user",')
+
+
+RUNG_VECTORS: dict[str, Any] = json.loads((VECTORS / "circuit-rung-header.json").read_text())
+RUNG_VALUES = [
+    (v["id"], v["header"], None) for v in RUNG_VECTORS["decisions"] if v["header"] is not None
+] + [(v["id"], v["value"], (v["rung"], v["language"])) for v in RUNG_VECTORS["parses"]]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(v, e) for _, v, e in RUNG_VALUES], ids=[i for i, _, _ in RUNG_VALUES]
+)
+def test_the_kit_reads_every_rung_vector(value: str, expected: tuple[int, str] | None) -> None:
+    """OAI-RUNG-02, OAI-RUNG-05..08: every header value of spec/vectors/circuit-rung-header.json
+    is in the kit's rung grammar, canonical or spaced, with its rung's phrase."""
+    rung, language = parse_rung(value)
+    assert language == RUNG_LANGUAGE[rung]
+    if expected is not None:
+        assert (rung, language) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "requirement"),
+    [
+        ('1;language="causally validated (edge)"', "OAI-RUNG-06"),
+        ('0;language="causal"', "OAI-RUNG-05"),
+        ('4;language="associated"', "OAI-RUNG-02"),
+        ("2", "OAI-RUNG-02"),
+        ('2;language="causally validated (edge)";x=1', "OAI-RUNG-02"),
+        ('"2";language="causally validated (edge)"', "OAI-RUNG-02"),
+    ],
+)
+def test_the_kit_refuses_a_wrong_rung_value(value: str, requirement: str) -> None:
+    """OAI-RUNG-02, OAI-RUNG-04..06: a phrase that over-claims, a rung past 3, no language,
+    an extra parameter or a String rung break the grammar, named by requirement."""
+    with pytest.raises(HeaderGrammarError) as caught:
+        parse_rung(value)
+    assert caught.value.requirement == requirement
