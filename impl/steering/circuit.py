@@ -3,7 +3,8 @@
 `parse` reads a `mi.circuit/v1` document (spec/schemas/mi-circuit-v1.json):
 the schema first, its first refusal naming the JSON pointer as a field
 (`members[2].strength`), then what a schema cannot say (a member listed twice,
-a slice-fallback circuit without its backing cluster, a non-finite strength).
+a slice-fallback circuit without its backing cluster, a non-finite strength, a
+rung above every step of its evidence ladder).
 
 `Circuit.applied(λ)` re-derives each member from its authored strength, never
 from an earlier dial (OAI-CIRCUIT-08): strength × λ clamped to ±200 one member
@@ -131,6 +132,13 @@ def parse(raw: Any) -> Circuit:
     if declared is not None and declared[0] > declared[1]:
         raise CircuitError("intensity_range must be [low, high], low <= high", "intensity_range")
     evidence = raw["evidence"]
+    climbed = [step["rung"] for step in evidence.get("ladder", ())]
+    if climbed and evidence["rung"] > max(climbed):  # the rung is the ladder's (OAI-RUNG-03)
+        raise CircuitError(
+            f"evidence.rung {evidence['rung']} is above every step of its ladder "
+            f"(highest {max(climbed)}): a circuit claims no evidence its ladder lacks",
+            "evidence.rung",
+        )
     return Circuit(
         id=raw["id"],
         members=tuple(members),

@@ -12,13 +12,14 @@ X-miLLM-Circuit-Rung carries, computed from the same snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..errors import ApiError, InvalidParameter
 from ..store.circuits import CircuitNotFound, CircuitRow
 from ..store.profiles import ProfileNotFound
 from .admin import SteeringAdmin
-from .circuit import Circuit, CircuitError, parse
+from .circuit import Circuit, CircuitError, Member, parse
 from .hashing import steering_set_hash
 from .live import LiveSteering, load_circuit
 from .rung import LANGUAGE, RequestState, rung_header
@@ -143,8 +144,10 @@ class CircuitAdmin:
         )
         if circuit.mode == "slice_fallback":
             _, lam = self._live.circuit_items(circuit, model or "", None)
+            groups = self._backing(circuit).applied(lam)
         else:
             lam = circuit.dial(None, self._live.circuit_bounds)
+            groups = circuit.applied(lam)
         layers = [
             {
                 "sae_id": group.sae_id,
@@ -154,7 +157,7 @@ class CircuitAdmin:
                 "hash": steering_set_hash(group.sae_id, list(group.strengths.items())),
                 "clamped": group.clamped,
             }
-            for group in circuit.applied(lam)
+            for group in groups
         ]
         return {
             "id": row.id,
@@ -167,6 +170,17 @@ class CircuitAdmin:
             "layers": layers,
             "error": None,
         }
+
+    def _backing(self, circuit: Circuit) -> Circuit:
+        """A slice-fallback circuit's backing cluster as a one-layer circuit (no members when
+        the cluster is gone): what it applies in the circuit's stead."""
+        assert circuit.backing_cluster is not None
+        try:
+            profile = self._live.profiles.get(circuit.backing_cluster)
+        except ProfileNotFound:
+            return dataclasses.replace(circuit, members=())
+        members = tuple(Member(profile.sae_id, profile.layer, i, s) for i, s in profile.features)
+        return dataclasses.replace(circuit, members=members)
 
     # -- changes -------------------------------------------------------------------
 

@@ -205,7 +205,8 @@ def test_a_two_layer_circuit_steers_through_each_layers_sae(clean: TestClient) -
     and differs from either layer alone, so both layers applied; the response carries one
     `circuit` member and `X-miLLM-Circuit-Rung: 2;language="causally validated (edge)"`,
     which GET /api/circuits/active states too, with each layer's applied-set hash. Live
-    values on an attachment the circuit claims are not applied (OAI-GRAM-10)."""
+    values on an attachment the circuit claims are not applied (OAI-GRAM-10). Embeddings are
+    the same with the circuit active and not: no layer of it steers them (OAI-EMB-35)."""
     client = clean
     attach_both(client)
     plain, plain_headers = chat(client)
@@ -230,7 +231,10 @@ def test_a_two_layer_circuit_steers_through_each_layers_sae(clean: TestClient) -
     ]
     live_values(client, SAE_ID, 12, {3: 90.0})  # claimed by the circuit: not applied
     assert chat(client)[0] == steered
+    embed = {"model": MODEL_ID, "input": ["the sea", "a mountain"]}
+    steered_vectors = client.post("/v1/embeddings", json=embed).json()["data"]
     assert client.delete("/api/circuits/crc_two_layer/active", headers=JSON).status_code == 200
+    assert client.post("/v1/embeddings", json=embed).json()["data"] == steered_vectors
     live_values(client, OTHER_SAE_ID, 6, {5: 60.0})
     only_six, _ = chat(client)
     live_values(client, SAE_ID, 12, {9: -80.0, 5: 40.0})
@@ -335,6 +339,12 @@ def test_slice_fallback_steers_by_its_cluster_without_a_rung(clean: TestClient) 
         assert RUNG.lower() not in headers
     active = client.get("/api/circuits/active").json()
     assert active["steering"] is None and active["circuits"][0]["steering"] is True
+    [layer] = active["circuits"][0]["layers"]  # what the backing cluster applies
+    assert (layer["sae_id"], layer["layer"], layer["hash"]) == (
+        SAE_ID,
+        12,
+        steering_set_hash(SAE_ID, [(9, -80.0 * 0.8)]),
+    )
 
 
 @pytest.mark.model

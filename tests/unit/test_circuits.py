@@ -102,3 +102,15 @@ def test_slice_fallback_needs_its_backing_cluster() -> None:
     assert caught.value.param == "backing_cluster"
     fallback = parse({**DOC, "mode": "slice_fallback", "backing_cluster": "humor"})
     assert (fallback.mode, fallback.backing_cluster) == ("slice_fallback", "humor")
+
+
+def test_the_rung_is_no_higher_than_its_ladder() -> None:
+    """OAI-RUNG-03, OAI-RUNG-04: the rung the header renders comes from the evidence ladder: a
+    document claiming rung 2 over a ladder that reached 1 is refused naming `evidence.rung`;
+    a rung below the ladder's top (conservative) or without a ladder is taken as declared."""
+    ladder = [{"rung": 0, "summary": "mined"}, {"rung": 1, "summary": "attribution"}]
+    with pytest.raises(CircuitError) as caught:
+        parse({**DOC, "evidence": {"rung": 2, "ladder": ladder}})
+    assert caught.value.param == "evidence.rung"
+    assert parse({**DOC, "evidence": {"rung": 0, "ladder": ladder}}).rung == 0
+    assert parse({**DOC, "evidence": {"rung": 3}}).rung == 3
