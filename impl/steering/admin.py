@@ -249,8 +249,7 @@ class SteeringAdmin:
             )
         except ProfileError as exc:
             raise InvalidParameter(exc.param, f"The profile is invalid: {exc}.") from exc
-        active = store.active()
-        if active is not None and active.name == name:
+        if self._live.is_base(name):
             self._live.changed()
         return {
             "profile": self._profile(profile),
@@ -318,9 +317,9 @@ class SteeringAdmin:
         return view
 
     def delete_profile(self, name: str) -> dict[str, Any]:
-        was_active = self._get(name).name == getattr(self._live.profiles.active(), "name", None)
+        based = self._live.is_base(self._get(name).name)
         self._live.profiles.delete(name)
-        if was_active:
+        if based:
             self._live.changed()
         return self.state()
 

@@ -178,6 +178,14 @@ class LiveSteering:
             source=source,
         )
 
+    def is_base(self, profile: str) -> bool:
+        """Whether the profile steers globally: it is active, or it backs an active
+        slice-fallback circuit (a change to it must rebuild the snapshots)."""
+        state = self._state
+        return (state.profile is not None and state.profile.name == profile) or any(
+            c.mode == "slice_fallback" and c.backing_cluster == profile for c in state.circuits
+        )
+
     def is_live(self, model_id: str, sae_id: str, layer: int, kind: str) -> bool:
         """Whether `model_id`'s global state has a `kind` item for this SAE and layer."""
         _, snap = self.read(model_id)

@@ -316,7 +316,8 @@ def test_slice_fallback_steers_by_its_cluster_without_a_rung(clean: TestClient) 
     """OAI-CIRCUIT-10, OAI-RUNG-10, OAI-RUNG-16: a slice-fallback circuit steers by its
     backing cluster as a `profile` member (source=active), by the cluster rule: its own
     dial, a numeric λ below the floor honoured, "min" at CLUSTER_INTENSITY_MIN 0.5; no
-    X-miLLM-Circuit-Rung, and GET /api/circuits/active's `steering` is null."""
+    X-miLLM-Circuit-Rung, and GET /api/circuits/active's `steering` is null. Changing the
+    backing cluster moves the epoch and steers the next request."""
     client = clean
     attach_both(client)
     cluster = {
@@ -345,6 +346,12 @@ def test_slice_fallback_steers_by_its_cluster_without_a_rung(clean: TestClient) 
         12,
         steering_set_hash(SAE_ID, [(9, -80.0 * 0.8)]),
     )
+    epoch = active["epoch"]
+    cluster["features"] = [{"index": 9, "strength": -40.0}]  # the backing cluster changes
+    assert client.post("/api/clusters", json=cluster).json()["epoch"] > epoch
+    [member] = parse(chat(client)[1][STEERING.lower()])
+    assert isinstance(member, ProfileMember)
+    assert member.hash == steering_set_hash(SAE_ID, [(9, -40.0 * 0.8)])
 
 
 @pytest.mark.model
