@@ -26,5 +26,8 @@ for name, folder in ROOTS.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"miserver.spec": ["**/*.yaml", "**/*.json", "**/*.abnf", "**/*.md"]},
+    package_data={
+        "miserver.spec": ["**/*.yaml", "**/*.json", "**/*.abnf", "**/*.md"],
+        "miserver.catalog": ["*.json"],
+    },
 )

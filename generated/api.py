@@ -76,6 +76,116 @@ class ConfigChange(Config):
     ]
 
 
+class File(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    bytes: int
+    url: Annotated[
+        str, Field(description="Its resolve URL on the configured endpoint.")
+    ]
+    sha256: Annotated[str | None, Field(pattern="^[0-9a-f]{64}$")] = None
+
+
+class CatalogEntry(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    title: str
+    quant: str
+    file: Annotated[str, Field(description="The first file's name.")]
+    bytes: Annotated[int, Field(description="The whole entry's size.")]
+    files: Annotated[
+        list[File],
+        Field(
+            description="Every file, in order, for a client that downloads for itself."
+        ),
+    ]
+    blurb: str
+    status: Literal["on_disk", "downloading", "available"]
+    received: Annotated[
+        int,
+        Field(
+            description="What of the entry is in the models directory, complete and `.part` files."
+        ),
+    ]
+    partial: Annotated[
+        bool, Field(description="True exactly when `available` with a `.part` on disk.")
+    ]
+    note: str
+    added: Annotated[
+        bool,
+        Field(description="Added with POST /api/hf/add (false for a shipped entry)."),
+    ]
+
+
+class File1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: Annotated[str, Field(pattern="^[A-Za-z0-9][A-Za-z0-9._+-]*\\.gguf$")]
+    bytes: Annotated[int, Field(ge=1)]
+    sha256: Annotated[str | None, Field(pattern="^[0-9a-f]{64}$")] = None
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(pattern="^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")]
+    title: Annotated[str, Field(max_length=256, min_length=1)]
+    quant: Annotated[str, Field(max_length=64)]
+    repo: Annotated[
+        str, Field(pattern="^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+    ]
+    revision: Annotated[str, Field(pattern="^[A-Za-z0-9._-]{1,128}$")]
+    blurb: Annotated[str | None, Field(max_length=4096)] = None
+    note: Annotated[str | None, Field(max_length=4096)] = None
+    files: Annotated[list[File1], Field(min_length=1)]
+
+
+class CatalogDocument(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    schema_: Annotated[Literal["mi.catalog/v1"], Field(alias="schema")]
+    models: list[Model]
+
+
+class DownloadRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(max_length=512, min_length=1)]
+
+
+class DownloadStarted(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    state: Literal["running"]
+
+
+class Ok(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    ok: bool
+
+
+class PartialDeleted(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    ok: bool
+    freed: Annotated[
+        int, Field(description="Bytes of `.part` files deleted (0 when none).")
+    ]
+
+
 class LocalModel(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -111,7 +221,7 @@ class Host(BaseModel):
     cpu_threads: int
 
 
-class Model(BaseModel):
+class Model1(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
@@ -150,7 +260,7 @@ class Info(BaseModel):
     host: Host
     state: Literal["empty", "planning", "loading", "ready", "error"]
     error: str
-    model: Annotated[Model | None, Field(...)]
+    model: Annotated[Model1 | None, Field(...)]
     generating: bool
 
 
@@ -845,7 +955,7 @@ class ModelListing(BaseModel):
     models_dir: str
     scan_dirs: list[str]
     local: list[LocalModel]
-    catalog: list[dict[str, Any]]
+    catalog: list[CatalogEntry]
 
 
 class CircuitList(BaseModel):

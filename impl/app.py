@@ -33,6 +33,8 @@ from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIPara
 from .local.config import ConfigService
 from .local.decisions import DecisionService
 from .local.session import Session
+from .models.catalog import Catalog, shipped
+from .models.downloads import Downloads
 from .models.locator import ModelLocator
 from .models.lock import ModelLock
 from .models.manager import ModelManager
@@ -81,6 +83,7 @@ class ServerState:
     session: Session
     bus: EventBus
     config: ConfigService
+    downloads: Downloads
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -277,6 +280,14 @@ class Server:
             session=session,
             bus=self.bus,
             config=config,
+            downloads=Downloads(
+                Catalog(shipped(settings.catalog_file)),
+                settings.resolved_models_dir,
+                settings.hf_endpoint,
+                self.bus.publish,
+                wait_s=settings.download_retry_wait_s,
+                wait_max_s=settings.download_retry_wait_max_s,
+            ),
         )
 
     def _gate(self, method: str, path: str) -> ApiError | None:
@@ -321,6 +332,7 @@ class Server:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await self.state.downloads.close()
                 self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -88,6 +88,32 @@ class Settings:
         "One more directory GET /api/models lists, after the models directory, read one level "
         "deep and never written to (flag only); repeatable.",
     )
+    hf_endpoint: str = _knob(
+        "https://huggingface.co",
+        "MISERVER_HF_ENDPOINT",
+        "--hf-endpoint",
+        "The one Hugging Face site (or mirror) every download and /api/hf request goes to; "
+        "catalog files resolve against it.",
+    )
+    catalog_file: Path | None = _knob(
+        None,
+        "MISERVER_CATALOG",
+        "--catalog",
+        "A mi.catalog/v1 file (spec/schemas/mi-catalog-v1.json) to offer instead of the "
+        "shipped download catalog, e.g. a lab's own list on its mirror.",
+    )
+    download_retry_wait_s: float = _knob(
+        2.0,
+        "DOWNLOAD_RETRY_WAIT_S",
+        None,
+        "The wait before a download retries a failed line (LOC-DL-11); it doubles each time.",
+    )
+    download_retry_wait_max_s: float = _knob(
+        60.0,
+        "DOWNLOAD_RETRY_WAIT_MAX_S",
+        None,
+        "The longest wait between two attempts of a download (LOC-DL-11).",
+    )
     data_dir: Path = _knob(
         Path(platformdirs.user_data_dir("miserver")),
         "MISERVER_DATA_DIR",

@@ -195,14 +195,24 @@ def bf16_models_dir(gguf_path: Path) -> Path:
 
 @contextlib.contextmanager
 def uvicorn_serving(
-    app: ASGIApp, address: str = "127.0.0.1", start_timeout: float = 120.0
+    app: ASGIApp,
+    address: str = "127.0.0.1",
+    start_timeout: float = 120.0,
+    graceful_s: float | None = None,
 ) -> Iterator[int]:
     """Serve `app` with uvicorn in a thread on a socket bound to `address` until the block
-    ends; yields the port. Forwarding headers are not read, as in `miserver serve`."""
+    ends; yields the port. Forwarding headers are not read, as in `miserver serve`.
+    `graceful_s` bounds how long the end waits for open connections (an event stream)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((address, 0))
     port = int(sock.getsockname()[1])
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", proxy_headers=False)
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_level="warning",
+        proxy_headers=False,
+        timeout_graceful_shutdown=graceful_s,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -12,6 +12,8 @@ Each file is lifted out of an OpenAPI document (`PUBLISHED`):
   POST /api/probes/import reads.
 - mi-circuit-v1.json, mi-cluster-v1.json (api.yaml `CircuitDocument`,
   `ClusterDocument`): the documents circuits and clusters are imported from.
+- mi-catalog-v1.json (api.yaml `CatalogDocument`): the download catalog the
+  package ships (miserver/catalog/models.json).
 
 The server routes and validates with v1.yaml; this tool lifts the scoring
 request (completion and chat), response and refusal schemas out of it,
@@ -196,6 +198,18 @@ def build_cluster() -> str:
     )
 
 
+def build_catalog() -> str:
+    return _single(
+        API_SPEC,
+        "CatalogDocument",
+        "mi-catalog-v1.json",
+        "mi.catalog/v1",
+        "A download catalog: models as files of a Hugging Face repository at a pinned "
+        "revision, with sizes and SHA-256 sums (REQ-003 MODELS, DL). Generated from "
+        "miserver's spec/openapi/api.yaml (CatalogDocument) by tools/schemas.py.",
+    )
+
+
 SCHEMAS = ROOT / "spec" / "schemas"
 PUBLISHED = {
     OUT: build,
@@ -203,6 +217,7 @@ PUBLISHED = {
     SCHEMAS / "mi-probe-v1.json": build_probe,
     SCHEMAS / "mi-circuit-v1.json": build_circuit,
     SCHEMAS / "mi-cluster-v1.json": build_cluster,
+    SCHEMAS / "mi-catalog-v1.json": build_catalog,
 }
 
 

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from ..errors import ApiError
 from ..generated import api
 from ..http.sse import named
+from ..models.catalog import view
 from ..models.listing import list_local
 from ..models.locator import is_loopback_peer
 from .common import parse_local, request_body, state
@@ -78,6 +79,15 @@ async def events() -> StreamingResponse:
     return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
 
+def _catalog() -> list[dict[str, object]]:
+    """Every catalog entry with its state on disk (LOC-MODELS-28..37)."""
+    downloads = state().downloads
+    return [
+        view(e, downloads.models_dir, downloads.endpoint, downloads.running(e.id))
+        for e in downloads.catalog.all()
+    ]
+
+
 async def models() -> JSONResponse:
     """GET /api/models: the models directory, then each scan directory (LOC-MODELS)."""
     settings = state().settings
@@ -89,6 +99,6 @@ async def models() -> JSONResponse:
             "models_dir": str(models_dir),
             "scan_dirs": [str(d) for d in scan_dirs],
             "local": [m.as_json() for m in found],
-            "catalog": [],  # downloads come later
+            "catalog": await asyncio.to_thread(_catalog),
         }
     )

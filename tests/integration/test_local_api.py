@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.engines.transformers.conversion import cached_hf_folder
+from miserver.models.catalog import shipped
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from tests.conftest import JSON, LOCAL_URL, MODEL_ID, LocalClient, cache_dir, uvicorn_serving
@@ -48,7 +49,7 @@ def test_the_listing_names_every_directory_and_model(tmp_path: Path) -> None:
     body = response.json()
     assert body["models_dir"] == str(models)
     assert body["scan_dirs"] == [str(scan_a), str(scan_b)]
-    assert body["catalog"] == []
+    assert [e["id"] for e in body["catalog"]] == [e.id for e in shipped()]  # test_downloads.py
     names = [(m["name"], m["dir"], m["folder"]) for m in body["local"]]
     assert names == [("smol.gguf", str(models), ""), ("nested.gguf", str(scan_a), "inner")]
     first = body["local"][0]

@@ -4,7 +4,8 @@ A base body is valid, cheap (one token at most) and leaves nothing behind that
 changes a later reply: its model, SAE and profile names do not exist (the
 profile `hostile` is created and deleted; it is never made active; the probe
 `hostile` likewise, never armed; the circuit `hostile` names an SAE that does
-not exist, so it is never stored), and the
+not exist, so it is never stored; downloads name a catalog id that does not
+exist, so none starts), and the
 config change names an unknown key. The corpus's cases are edits of these
 bodies; `routes.json` carries them, so the tests and the bench read them as data.
 """
@@ -204,6 +205,9 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "circuit-activate": ("PUT", "/api/circuits/hostile/active", None),
     "circuit-deactivate": ("DELETE", "/api/circuits/hostile/active", None),
     "circuit-delete": ("DELETE", "/api/circuits/hostile", None),
+    "download": ("POST", "/api/models/download", {"id": "hostile-none"}),
+    "download-cancel": ("DELETE", "/api/models/download/hostile-none", None),
+    "partial-delete": ("DELETE", "/api/models/partial/hostile-none", None),
     "lock-put": ("PUT", "/api/steering/lock", {"model": "hostile-no-such-model"}),
     "lock-delete": ("DELETE", "/api/steering/lock", None),
     "probe-put": ("PUT", "/api/probes/hostile", _PROBE),

@@ -1,0 +1,130 @@
+"""A fake Hugging Face site on loopback, shaped like the real one, misbehaving on demand.
+
+`Hub` holds repositories (`repo -> {path: bytes}`) and serves what the
+server's downloads use: `GET|HEAD /<repo>/resolve/<revision>/<path>` with
+`Range` (206 and `Content-Range`), `ETag` and `Accept-Ranges`, as the site does
+for a file. Faults, set per file by the test:
+
+    drop_after   close the connection after this many bytes of the body, for
+                 the next `drops` requests (the line failing mid-file)
+    status       answer this status instead (401, 404, 500)
+    stall        hold the body after this many bytes until `release` is set
+
+Every request is recorded (method, path, Range, Authorization) in `requests`.
+`serve_hub(hub)` runs it with uvicorn and yields its base URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.conftest import uvicorn_serving
+
+CHUNK = 64 * 1024
+
+
+@dataclass(slots=True)
+class Fault:
+    drop_after: int | None = None
+    drops: int = 0
+    status: int | None = None
+    stall: int | None = None
+
+
+@dataclass(slots=True)
+class Hub:
+    repos: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    faults: dict[str, Fault] = field(default_factory=dict)  # by file path
+    requests: list[dict[str, str | None]] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def add(self, repo: str, path: str, data: bytes) -> str:
+        """Put a file in a repository; its SHA-256."""
+        self.repos.setdefault(repo, {})[path] = data
+        return hashlib.sha256(data).hexdigest()
+
+
+def _range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(start, end inclusive) of a `bytes=N-` or `bytes=N-M` header."""
+    if not header or not header.startswith("bytes="):
+        return None
+    first, _, last = header.removeprefix("bytes=").partition("-")
+    start = int(first)
+    end = int(last) if last else size - 1
+    return start, min(end, size - 1)
+
+
+def hub_app(hub: Hub) -> Starlette:
+    async def resolve(request: Request) -> Response:
+        repo = f"{request.path_params['owner']}/{request.path_params['name']}"
+        path = request.path_params["path"]
+        hub.requests.append(
+            {
+                "method": request.method,
+                "repo": repo,
+                "revision": request.path_params["revision"],
+                "path": path,
+                "range": request.headers.get("range"),
+                "authorization": request.headers.get("authorization"),
+            }
+        )
+        data = hub.repos.get(repo, {}).get(path)
+        fault = hub.faults.get(path, Fault())
+        if fault.status is not None:
+            return Response(f"status {fault.status}", status_code=fault.status)
+        if data is None:
+            return Response("Entry not found", status_code=404)
+        etag = f'"{hashlib.sha256(data).hexdigest()}"'
+        headers = {"ETag": etag, "Accept-Ranges": "bytes"}
+        span = _range(request.headers.get("range"), len(data))
+        status = 200
+        start, end = 0, len(data) - 1
+        if span is not None:
+            start, end = span
+            if start >= len(data):
+                headers["Content-Range"] = f"bytes */{len(data)}"
+                return Response(status_code=416, headers=headers)
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+        body = data[start : end + 1]
+        headers["Content-Length"] = str(len(body))
+        if request.method == "HEAD":
+            return Response(status_code=status, headers=headers)
+        drop = None
+        if fault.drop_after is not None and fault.drops > 0:
+            fault.drops -= 1
+            drop = fault.drop_after
+
+        async def stream() -> AsyncIterator[bytes]:
+            sent = 0
+            while sent < len(body):
+                if drop is not None and sent >= drop:
+                    raise ConnectionResetError("the fake hub drops the line")
+                if fault.stall is not None and sent >= fault.stall and not hub.release.is_set():
+                    await asyncio.sleep(0.05)
+                    continue
+                limit = len(body) if drop is None else min(len(body), drop)
+                piece = body[sent : min(sent + CHUNK, limit)]
+                sent += len(piece)
+                yield piece
+
+        return StreamingResponse(stream(), status_code=status, headers=headers)
+
+    route = "/{owner}/{name}/resolve/{revision}/{path:path}"
+    return Starlette(routes=[Route(route, resolve, methods=["GET", "HEAD"])])
+
+
+@contextlib.contextmanager
+def serve_hub(hub: Hub) -> Iterator[str]:
+    with uvicorn_serving(hub_app(hub)) as port:
+        yield f"http://127.0.0.1:{port}"
