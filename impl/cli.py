@@ -81,8 +81,13 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import Server
+    from .models.catalog import CatalogError
 
-    server = Server(settings, policy=policy, flags=params.launch_values(args))
+    try:
+        server = Server(settings, policy=policy, flags=params.launch_values(args))
+    except CatalogError as exc:  # an operator's --catalog that does not hold
+        log.error("refusing to start: %s", exc)
+        return 2
     log.info(
         "serving %s on http://%s:%d/v1", server.launch_model_id(), settings.host, settings.port
     )

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import logging
 import os
 import shutil
+import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,9 +48,18 @@ RETRYABLE = frozenset({6, 7, 16, 18, 28, 35, 52, 55, 56, 92})  # the line failed
 ATTEMPTS = 6  # per file (LOC-DL-10)
 EVENT_EVERY_S = 0.25  # at most four progress events a second
 BAD = ".bad"
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 Publish = Callable[[str, dict[str, Any]], None]
 FreeSpace = Callable[[Path], int]
+
+
+def _die_with_parent() -> None:
+    """In the curl child, before exec: on Linux, be killed when the server dies (even by
+    SIGKILL), so no orphan goes on writing a `.part` the next start resumes."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_space(folder: Path) -> int:
@@ -273,7 +285,10 @@ class Downloads:
             url,
         ]
         process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            *argv,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent,
         )
         progress = _Progress(entry)
         watcher = asyncio.create_task(self._watch(entry, file, progress, attempt))
