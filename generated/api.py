@@ -125,7 +125,20 @@ class File1(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    name: Annotated[str, Field(pattern="^[A-Za-z0-9][A-Za-z0-9._+-]*\\.gguf$")]
+    name: Annotated[
+        str,
+        Field(
+            description="Its name in the models directory (a plain name).",
+            pattern="^[A-Za-z0-9][A-Za-z0-9._+-]*\\.gguf$",
+        ),
+    ]
+    path: Annotated[
+        str | None,
+        Field(
+            description="Its path in the repository when not `name` (folders).",
+            pattern="^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$",
+        ),
+    ] = None
     bytes: Annotated[int, Field(ge=1)]
     sha256: Annotated[str | None, Field(pattern="^[0-9a-f]{64}$")] = None
 
@@ -134,7 +147,13 @@ class Model(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    id: Annotated[str, Field(pattern="^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")]
+    id: Annotated[
+        str,
+        Field(
+            description="A shipped id, or `hf:<repo>/<name>` for an added entry.",
+            pattern="^([A-Za-z0-9][A-Za-z0-9._+-]{0,127}|hf:[A-Za-z0-9._+/-]{3,1024})$",
+        ),
+    ]
     title: Annotated[str, Field(max_length=256, min_length=1)]
     quant: Annotated[str, Field(max_length=64)]
     repo: Annotated[
@@ -154,11 +173,96 @@ class CatalogDocument(BaseModel):
     models: list[Model]
 
 
+class HfSearchRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    query: Annotated[str, Field(max_length=256)]
+    token: Annotated[str | None, Field(max_length=4096)] = None
+
+
+class Repo(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    downloads: int
+    likes: int
+    modified: Annotated[str, Field(description="ISO 8601, as the site gives it.")]
+    gated: Annotated[bool, Field(description="The repository needs a token.")]
+
+
+class HfSearch(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    query: str
+    repos: Annotated[list[Repo], Field(max_length=20)]
+
+
+class HfModelsRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    repo: Annotated[str, Field(max_length=2048, min_length=1)]
+    token: Annotated[str | None, Field(max_length=4096)] = None
+
+
+class File2(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    path: str
+    bytes: int
+
+
+class Model1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    quant: str
+    bytes: int
+    role: Literal["model", "projector", "draft"]
+    count: int
+    complete: bool
+    files: list[File2]
+
+
+class HfModels(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    repo: str
+    revision: str
+    file: str
+    models: list[Model1]
+
+
+class HfAddRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    repo: Annotated[str, Field(max_length=2048, min_length=1)]
+    name: Annotated[str, Field(max_length=1024, min_length=1)]
+    token: Annotated[str | None, Field(max_length=4096)] = None
+
+
+class HfAdded(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    title: str
+    quant: str
+    bytes: int
+
+
 class DownloadRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    id: Annotated[str, Field(max_length=512, min_length=1)]
+    id: Annotated[str, Field(max_length=1100, min_length=1)]
 
 
 class DownloadStarted(BaseModel):
@@ -221,7 +325,7 @@ class Host(BaseModel):
     cpu_threads: int
 
 
-class Model1(BaseModel):
+class Model2(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
@@ -260,7 +364,7 @@ class Info(BaseModel):
     host: Host
     state: Literal["empty", "planning", "loading", "ready", "error"]
     error: str
-    model: Annotated[Model1 | None, Field(...)]
+    model: Annotated[Model2 | None, Field(...)]
     generating: bool
 
 

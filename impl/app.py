@@ -35,6 +35,8 @@ from .local.decisions import DecisionService
 from .local.session import Session
 from .models.catalog import Catalog, shipped
 from .models.downloads import Downloads
+from .models.hf_admin import HfAdmin
+from .models.hub import Hub
 from .models.locator import ModelLocator
 from .models.lock import ModelLock
 from .models.manager import ModelManager
@@ -84,6 +86,7 @@ class ServerState:
     bus: EventBus
     config: ConfigService
     downloads: Downloads
+    hf: HfAdmin
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -263,6 +266,7 @@ class Server:
             probes=probes,
         )
         admin = SteeringAdmin(live, manager)
+        catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
         return ServerState(
             settings=settings,
             manager=manager,
@@ -281,13 +285,14 @@ class Server:
             bus=self.bus,
             config=config,
             downloads=Downloads(
-                Catalog(shipped(settings.catalog_file)),
+                catalog,
                 settings.resolved_models_dir,
                 settings.hf_endpoint,
                 self.bus.publish,
                 wait_s=settings.download_retry_wait_s,
                 wait_max_s=settings.download_retry_wait_max_s,
             ),
+            hf=HfAdmin(Hub(settings.hf_endpoint), catalog),
         )
 
     def _gate(self, method: str, path: str) -> ApiError | None:

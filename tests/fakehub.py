@@ -11,6 +11,14 @@ for a file. Faults, set per file by the test:
     stall        hold the body after this many bytes until `release` is set
 
 Every request is recorded (method, path, Range, Authorization) in `requests`.
+It also answers the site's API as `huggingface_hub` reads it: `GET /api/models`
+(search: `search`, `filter`, `sort`, `limit`, and only the fields asked for
+with `expand[]`, or `expand` as huggingface_hub sends it) and
+`GET /api/models/<repo>/tree/<revision>` (`recursive`; files with their `lfs`
+object). A repository that does not exist, or is gated (`gated`:
+repo -> the token it needs) without that bearer token, answers 401 as the
+site does.
+
 `serve_hub(hub)` runs it with uvicorn and yields its base URL.
 """
 
@@ -25,7 +33,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.conftest import uvicorn_serving
@@ -44,6 +52,8 @@ class Fault:
 @dataclass(slots=True)
 class Hub:
     repos: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    meta: dict[str, dict[str, object]] = field(default_factory=dict)  # downloads, likes, ...
+    gated: dict[str, str] = field(default_factory=dict)  # repo -> the token it needs
     faults: dict[str, Fault] = field(default_factory=dict)  # by file path
     requests: list[dict[str, str | None]] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
@@ -120,8 +130,86 @@ def hub_app(hub: Hub) -> Starlette:
 
         return StreamingResponse(stream(), status_code=status, headers=headers)
 
+    def record(request: Request, repo: str = "", path: str = "") -> None:
+        hub.requests.append(
+            {
+                "method": request.method,
+                "repo": repo,
+                "revision": request.path_params.get("revision"),
+                "path": path or request.url.path,
+                "query": request.url.query,
+                "range": request.headers.get("range"),
+                "authorization": request.headers.get("authorization"),
+            }
+        )
+
+    def refused(repo: str, request: Request) -> Response | None:
+        """The site's 401 for a repository that does not exist or needs a token."""
+        needed = hub.gated.get(repo)
+        known = repo in hub.repos
+        if not known or (needed and request.headers.get("authorization") != f"Bearer {needed}"):
+            return JSONResponse({"error": "Invalid username or password."}, status_code=401)
+        return None
+
+    async def search(request: Request) -> Response:
+        """GET /api/models?search=&filter=gguf&sort=downloads&limit=&expand[]=..."""
+        record(request)
+        query = request.query_params.get("search", "").lower()
+        limit = int(request.query_params.get("limit", "1000"))
+        expand = request.query_params.getlist("expand[]") + request.query_params.getlist("expand")
+        found = []
+        for repo, files in hub.repos.items():
+            if query not in repo.lower() or not any(p.endswith(".gguf") for p in files):
+                continue
+            meta = hub.meta.get(repo, {})
+            item: dict[str, object] = {"_id": hashlib.sha1(repo.encode()).hexdigest()[:24]}
+            item["id"] = repo
+            full = {
+                "downloads": meta.get("downloads", 0),
+                "likes": meta.get("likes", 0),
+                "lastModified": meta.get("lastModified", "2024-11-01T10:00:00.000Z"),
+                "gated": meta.get("gated", False),
+            }
+            item |= {k: v for k, v in full.items() if k in expand}  # only what was asked
+            found.append(item)
+        found.sort(key=lambda i: -int(hub.meta.get(str(i["id"]), {}).get("downloads", 0)))
+        return JSONResponse(found[:limit])
+
+    async def tree(request: Request) -> Response:
+        """GET /api/models/<repo>/tree/<revision>?recursive=true: every file, LFS ids."""
+        repo = f"{request.path_params['owner']}/{request.path_params['name']}"
+        record(request, repo)
+        refusal = refused(repo, request)
+        if refusal is not None:
+            return refusal
+        recursive = request.query_params.get("recursive", "false").lower() == "true"
+        items: list[dict[str, object]] = []
+        folders: set[str] = set()
+        for path, data in sorted(hub.repos[repo].items()):
+            if "/" in path and not recursive:
+                folders.add(path.split("/")[0])
+                continue
+            oid = hashlib.sha256(data).hexdigest()
+            items.append(
+                {
+                    "type": "file",
+                    "oid": hashlib.sha1(data).hexdigest(),
+                    "size": len(data),
+                    "path": path,
+                    "lfs": {"oid": oid, "size": len(data), "pointerSize": 134},
+                }
+            )
+        items += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f} for f in folders]
+        return JSONResponse(items)
+
     route = "/{owner}/{name}/resolve/{revision}/{path:path}"
-    return Starlette(routes=[Route(route, resolve, methods=["GET", "HEAD"])])
+    return Starlette(
+        routes=[
+            Route("/api/models", search),
+            Route("/api/models/{owner}/{name}/tree/{revision}", tree),
+            Route(route, resolve, methods=["GET", "HEAD"]),
+        ]
+    )
 
 
 @contextlib.contextmanager

@@ -16,7 +16,9 @@ An entry's state is read from the models directory every time, never kept
 from __future__ import annotations
 
 import json
+import logging
 import os
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -26,6 +28,7 @@ from urllib.parse import quote
 
 from .. import contract
 
+log = logging.getLogger(__name__)
 SCHEMA = "mi-catalog-v1.json"
 PART = ".part"
 
@@ -36,9 +39,14 @@ class CatalogError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class CatalogFile:
-    name: str
+    name: str  # the file's name in the models directory
     bytes: int
     sha256: str | None = None
+    path: str = ""  # its path in the repository (folders included); "" when it is `name`
+
+    @property
+    def repo_path(self) -> str:
+        return self.path or self.name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +68,7 @@ class Entry:
     def url(self, endpoint: str, file: CatalogFile) -> str:
         """The file's resolve URL on `endpoint` (the configured one)."""
         base = endpoint.rstrip("/")
-        path = f"{self.repo}/resolve/{quote(self.revision, safe='')}/{quote(file.name)}"
+        path = f"{self.repo}/resolve/{quote(self.revision, safe='')}/{quote(file.repo_path)}"
         return f"{base}/{path}"
 
 
@@ -93,7 +101,10 @@ def _entry(raw: Mapping[str, Any], added: bool) -> Entry:
         quant=raw.get("quant", ""),
         repo=raw["repo"],
         revision=raw["revision"],
-        files=tuple(CatalogFile(f["name"], f["bytes"], f.get("sha256")) for f in raw["files"]),
+        files=tuple(
+            CatalogFile(f["name"], f["bytes"], f.get("sha256"), f.get("path", ""))
+            for f in raw["files"]
+        ),
         blurb=raw.get("blurb", ""),
         note=raw.get("note", ""),
         added=added,
@@ -168,15 +179,76 @@ def view(entry: Entry, models_dir: Path, endpoint: str, downloading: bool) -> di
     }
 
 
-class Catalog:
-    """The shipped entries, then the added ones (POST /api/hf/add), by id."""
+def document(found: Iterable[Entry]) -> dict[str, Any]:
+    """The `mi.catalog/v1` document of `found` (what added-models.json holds)."""
+    models = []
+    for e in found:
+        files = []
+        for f in e.files:
+            item: dict[str, Any] = {"name": f.name, "bytes": f.bytes}
+            item |= {"sha256": f.sha256} if f.sha256 else {}
+            item |= {"path": f.path} if f.path else {}
+            files.append(item)
+        models.append(
+            {
+                "id": e.id,
+                "title": e.title,
+                "quant": e.quant,
+                "repo": e.repo,
+                "revision": e.revision,
+                "blurb": e.blurb,
+                "note": e.note,
+                "files": files,
+            }
+        )
+    return {"schema": "mi.catalog/v1", "models": models}
 
-    def __init__(self, shipped_entries: Sequence[Entry], added: Iterable[Entry] = ()) -> None:
+
+class Catalog:
+    """The shipped entries, then the added ones (POST /api/hf/add), by id. Added entries are
+    kept in `added_file` (added-models.json beside settings.json), written atomically."""
+
+    def __init__(self, shipped_entries: Sequence[Entry], added_file: Path | None = None) -> None:
         self._shipped = {e.id: e for e in shipped_entries}
-        self._added = {e.id: e for e in added if e.id not in self._shipped}
+        self._file = added_file
+        self._added: dict[str, Entry] = {}
+        if added_file is not None and added_file.is_file():
+            try:
+                kept = entries(json.loads(added_file.read_text("utf-8")), added=True)
+            except (OSError, ValueError) as exc:  # CatalogError is a ValueError
+                aside = added_file.with_name(added_file.name + ".bad")
+                log.error("%s does not hold (%s); kept aside as %s", added_file, exc, aside.name)
+                os.replace(added_file, aside)
+                kept = []
+            self._added = {e.id: e for e in kept if e.id not in self._shipped}
 
     def all(self) -> list[Entry]:
         return [*self._shipped.values(), *self._added.values()]
 
     def get(self, entry_id: str) -> Entry | None:
         return self._shipped.get(entry_id) or self._added.get(entry_id)
+
+    def shipped(self, entry_id: str) -> bool:
+        return entry_id in self._shipped
+
+    def add(self, entry: Entry) -> None:
+        """Add (or replace) an added entry, persisted; never a shipped id."""
+        if entry.id in self._shipped:
+            raise KeyError(entry.id)
+        self._added[entry.id] = entry
+        self._save()
+
+    def forget(self, entry_id: str) -> None:
+        """Drop an added entry (KeyError for any other id); its files stay on disk."""
+        del self._added[entry_id]
+        self._save()
+
+    def _save(self) -> None:
+        if self._file is None:
+            return
+        self._file.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(document(self._added.values()), indent=2) + "\n"
+        handle, staging = tempfile.mkstemp(prefix=".added-", dir=self._file.parent)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(staging, self._file)

@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import ApiError
+from . import curl
 from .catalog import PART, Catalog, CatalogFile, Entry, on_disk
 
 log = logging.getLogger(__name__)
@@ -265,19 +265,9 @@ class Downloads:
         if have == file.bytes:
             return
         url = entry.url(self.endpoint, file)
-        scheme = urlsplit(self.endpoint).scheme or "https"
         argv = [
-            self._curl,
+            *curl.argv(self._curl, self.endpoint),
             "--fail",
-            "--silent",
-            "--show-error",
-            "--location",
-            "--max-redirs",
-            "10",
-            "--proto",
-            f"={scheme}",
-            "--proto-redir",
-            f"={scheme}",
             "--continue-at",
             "-",
             "--output",

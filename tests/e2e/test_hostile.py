@@ -38,6 +38,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import LiveServer, live_server
+from tests.fakehub import Hub, serve_hub
 from tools.hostile import client, corpus
 
 pytestmark = pytest.mark.e2e
@@ -63,7 +64,11 @@ def greedy(origin: str) -> str:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
-    with live_server(tmp_path_factory.mktemp("e2e-hostile"), SERVER_ENV, model=None) as server:
+    workdir = tmp_path_factory.mktemp("e2e-hostile")
+    with (
+        serve_hub(Hub()) as site,  # /api/hf reaches a site that has none of the corpus' repos
+        live_server(workdir, SERVER_ENV, model=None, args=["--hf-endpoint", site]) as server,
+    ):
         origin = server.base_url.removesuffix("/v1")
         yield Hostile(server, origin, greedy(origin))
 

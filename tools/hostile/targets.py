@@ -5,7 +5,9 @@ changes a later reply: its model, SAE and profile names do not exist (the
 profile `hostile` is created and deleted; it is never made active; the probe
 `hostile` likewise, never armed; the circuit `hostile` names an SAE that does
 not exist, so it is never stored; downloads name a catalog id that does not
-exist, so none starts), and the
+exist, so none starts; the /api/hf bodies name a repository the site does not
+have, so nothing is added: the server under the corpus runs with
+`--hf-endpoint` on a fake site, tests/fakehub.py), and the
 config change names an unknown key. The corpus's cases are edits of these
 bodies; `routes.json` carries them, so the tests and the bench read them as data.
 """
@@ -208,6 +210,10 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "download": ("POST", "/api/models/download", {"id": "hostile-none"}),
     "download-cancel": ("DELETE", "/api/models/download/hostile-none", None),
     "partial-delete": ("DELETE", "/api/models/partial/hostile-none", None),
+    "hf-search": ("POST", "/api/hf/search", {"query": "hostile", "token": "hostile-token"}),
+    "hf-models": ("POST", "/api/hf/models", {"repo": "hostile/none", "token": "hostile-token"}),
+    "hf-add": ("POST", "/api/hf/add", {"repo": "hostile/none", "name": "hostile.gguf"}),
+    "hf-forget": ("DELETE", "/api/hf/entry/hf:hostile%2Fnone%2Fhostile.gguf", None),
     "lock-put": ("PUT", "/api/steering/lock", {"model": "hostile-no-such-model"}),
     "lock-delete": ("DELETE", "/api/steering/lock", None),
     "probe-put": ("PUT", "/api/probes/hostile", _PROBE),

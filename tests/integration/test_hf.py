@@ -1,0 +1,271 @@
+"""The Hugging Face routes against a fake site on loopback (REQ-003 HFS, HFM, HFA, HFE,
+SEC-48..55; issue 20 item 3). The fake answers as the site does; the first test checks it
+with `huggingface_hub`'s own client, so the shapes are the site's and not our guess."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+from huggingface_hub import HfApi
+
+from miserver.app import Server
+from miserver.models.hub import EXPAND
+from miserver.settings import Settings
+from tests.conftest import JSON, cache_dir, uvicorn_serving
+from tests.fakehub import Hub, serve_hub
+from tests.integration.test_downloads import Events
+
+REPO = "fake-org/tiny-GGUF"
+GATED = "fake-org/gated-GGUF"
+TOKEN = "hf_secret_token_123"
+SPLIT = [f"big/tiny-split-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+WAIT_S = 60.0
+
+
+@pytest.fixture
+def hub(gguf_path: Path) -> Iterator[tuple[Hub, str]]:
+    hub = Hub()
+    data = gguf_path.read_bytes()
+    hub.add(REPO, "tiny-Q4_1.gguf", data)
+    hub.add(REPO, "mmproj-tiny-f16.gguf", b"p" * 1000)
+    hub.add(REPO, "draft-tiny-Q8_0.gguf", b"d" * 2000)
+    hub.add(REPO, "README.md", b"# tiny")
+    for name, size in zip(SPLIT, (3000, 2000, 1000), strict=True):
+        hub.add(REPO, name, os.urandom(size))
+    hub.add("fake-org/broken-GGUF", "half-00001-of-00002.gguf", b"h" * 100)
+    hub.add(GATED, "gated-Q4_K_M.gguf", b"g" * 500)
+    hub.gated[GATED] = TOKEN
+    hub.meta = {
+        REPO: {"downloads": 500, "likes": 7, "lastModified": "2024-10-01T12:00:00.000Z"},
+        "fake-org/broken-GGUF": {"downloads": 900, "likes": 1},
+        GATED: {"downloads": 100, "likes": 2, "gated": "manual"},
+    }
+    for i in range(25):  # more matches than a search answers
+        hub.add(f"many/tiny-{i:02d}-GGUF", "m.gguf", b"m")
+    with serve_hub(hub) as base:
+        yield hub, base
+
+
+@pytest.fixture
+def api(tmp_path: Path, hub: tuple[Hub, str]) -> Iterator[httpx.Client]:
+    _, base = hub
+    catalog = {
+        "schema": "mi.catalog/v1",
+        "models": [
+            {
+                "id": f"hf:{REPO}/tiny-Q4_1.gguf",
+                "title": "shipped",
+                "quant": "Q4_1",
+                "repo": REPO,
+                "revision": "main",
+                "files": [{"name": "tiny-Q4_1.gguf", "bytes": 1}],
+            }
+        ],
+    }
+    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        models_dir=tmp_path / "models",
+        hf_endpoint=base,
+        catalog_file=tmp_path / "catalog.json",
+        download_retry_wait_s=0.05,
+    )
+    with (
+        uvicorn_serving(Server(settings, preload=False), graceful_s=1.0) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}/api", timeout=WAIT_S) as client,
+    ):
+        yield client
+
+
+def test_the_fake_site_answers_as_huggingface_hub_reads_it(hub: tuple[Hub, str]) -> None:
+    """Issue 20 (the fake hub is shaped like the real API): huggingface_hub's list_models and
+    list_repo_tree parse the fake's answers, and the search our server sends asks for the
+    same fields the client does."""
+    fake, base = hub
+    client = HfApi(endpoint=base)
+    found = list(
+        client.list_models(
+            search="tiny",
+            filter="gguf",
+            sort="downloads",
+            limit=3,
+            expand=["downloads", "likes", "lastModified", "gated"],
+        )
+    )
+    assert [m.id for m in found][:1] == [REPO]
+    assert (found[0].downloads, found[0].likes, found[0].gated) == (500, 7, False)
+    assert found[0].last_modified is not None
+    files = {f.path: f for f in client.list_repo_tree(REPO, recursive=True) if hasattr(f, "size")}
+    assert files[SPLIT[0]].size == 3000 and files[SPLIT[0]].lfs is not None
+    assert len(files[SPLIT[0]].lfs.sha256) == 64
+    [sent] = [r["query"] for r in fake.requests if r["path"] == "/api/models"]
+    asked = parse_qs(str(sent))
+    assert set(asked["expand"]) == set(EXPAND)  # our search asks for the client's names
+    assert (asked["search"], asked["filter"], asked["sort"]) == (["tiny"], ["gguf"], ["downloads"])
+
+
+def test_search_most_downloaded_first_at_most_twenty(api: httpx.Client) -> None:
+    """LOC-HFS-01..08: repositories with gguf files matching the query, most downloaded
+    first, at most twenty, each {id, downloads, likes, modified, gated} (gated a bool)."""
+    found = api.post("/hf/search", json={"query": "GGUF"}).json()
+    assert found["query"] == "GGUF" and len(found["repos"]) == 20
+    downloads = [r["downloads"] for r in found["repos"]]
+    assert downloads == sorted(downloads, reverse=True)
+    first = {r["id"]: r for r in found["repos"]}
+    assert first[REPO] == {
+        "id": REPO,
+        "downloads": 500,
+        "likes": 7,
+        "modified": "2024-10-01T12:00:00.000Z",
+        "gated": False,
+    }
+    assert first[GATED]["gated"] is True
+
+
+def test_a_repository_lists_its_gguf_files_as_models(api: httpx.Client) -> None:
+    """LOC-HFM-01..12: one model per file, a split set once by its first shard (`count`,
+    `complete`, every shard in `files`), roles from the names (mmproj: projector, draft-:
+    draft), models first; a tree, blob or resolve URL gives its revision and file."""
+    listing = api.post("/hf/models", json={"repo": REPO}).json()
+    assert (listing["repo"], listing["revision"], listing["file"]) == (REPO, "main", "")
+    models = {m["name"]: m for m in listing["models"]}
+    assert [m["role"] for m in listing["models"]] == ["model", "model", "draft", "projector"]
+    split = models[SPLIT[0]]
+    assert (split["count"], split["complete"], split["bytes"], split["quant"]) == (
+        3,
+        True,
+        6000,
+        "Q8_0",
+    )
+    assert [f["path"] for f in split["files"]] == SPLIT
+    assert models["tiny-Q4_1.gguf"]["quant"] == "Q4_1"
+    url = f"https://huggingface.co/{REPO}/blob/v1.0/tiny-Q4_1.gguf"
+    named = api.post("/hf/models", json={"repo": url}).json()
+    assert (named["revision"], named["file"]) == ("v1.0", "tiny-Q4_1.gguf")
+    tree = api.post("/hf/models", json={"repo": f"https://huggingface.co/{REPO}/tree/dev"}).json()
+    assert (tree["revision"], tree["file"]) == ("dev", "")
+    broken = api.post("/hf/models", json={"repo": "fake-org/broken-GGUF"}).json()
+    assert broken["models"][0]["complete"] is False
+
+
+def test_refusals_of_the_listing(api: httpx.Client, hub: tuple[Hub, str]) -> None:
+    """LOC-HFM-13, LOC-HFM-14, LOC-HFM-16, LOC-HFM-17, LOC-SEC-49, LOC-SEC-51: text that is
+    no repository id nor a URL on the site is 400 not_a_repo and nothing is fetched (a URL
+    on another host too); a repository the site answers 401 for (unknown, or gated without
+    the token) is 404 saying so, never an empty listing; the gated one lists with its
+    token."""
+    fake, _ = hub
+    for text in ("just words", "a/b/c", "../etc/passwd", "https://evil.example/org/repo", "o/.."):
+        refused = api.post("/hf/models", json={"repo": text})
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, "not_a_repo"), text
+    assert fake.requests == []
+    for repo in ("fake-org/nothing-here", GATED):
+        missing = api.post("/hf/models", json={"repo": repo})
+        assert missing.status_code == 404 and "401" in missing.json()["error"]["message"]
+    opened = api.post("/hf/models", json={"repo": GATED, "token": TOKEN})
+    assert opened.status_code == 200 and opened.json()["models"][0]["name"] == "gated-Q4_K_M.gguf"
+
+
+def test_an_unreachable_site_is_502(tmp_path: Path) -> None:
+    """LOC-HFM-14: a listing that could not be fetched at all is 502 upstream_error."""
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        models_dir=tmp_path / "models",
+        hf_endpoint="http://127.0.0.1:9",
+    )
+    with uvicorn_serving(Server(settings, preload=False)) as port:
+        failed = httpx.post(f"http://127.0.0.1:{port}/api/hf/models", json={"repo": REPO})
+    assert (failed.status_code, failed.json()["error"]["code"]) == (502, "upstream_error")
+
+
+def test_add_download_and_forget(api: httpx.Client, hub: tuple[Hub, str], tmp_path: Path) -> None:
+    """LOC-HFA-01..11, LOC-HFE-01..03, LOC-MODELS-37, LOC-SEC-48: an added split set becomes
+    `hf:<repo>/<name>` with one file per shard (URLs on the endpoint, the site's SHA-256),
+    listed `added`, kept in added-models.json; added again, 201 and replaced; it downloads
+    by its id into the models directory (folders dropped); forgetting it leaves its files;
+    a split set with shards missing is 409, a shipped id 409, an unknown or shipped id on
+    forget 404, a name with `..` 400 with nothing fetched."""
+    fake, base = hub
+    added = api.post("/hf/add", json={"repo": REPO, "name": SPLIT[0]})
+    assert added.status_code == 201, added.text
+    entry_id = f"hf:{REPO}/{SPLIT[0]}"
+    assert added.json() == {
+        "id": entry_id,
+        "title": "tiny-split-Q8_0-00001-of-00003",
+        "quant": "Q8_0",
+        "bytes": 6000,
+    }
+    assert api.post("/hf/add", json={"repo": REPO, "name": SPLIT[0]}).status_code == 201
+    listed = [e for e in api.get("/models").json()["catalog"] if e["id"] == entry_id]
+    assert len(listed) == 1 and listed[0]["added"] is True
+    files = listed[0]["files"]
+    assert [f["url"] for f in files] == [f"{base}/{REPO}/resolve/main/{p}" for p in SPLIT]
+    kept = json.loads((tmp_path / "data" / "added-models.json").read_text())
+    assert [m["id"] for m in kept["models"]] == [entry_id]
+    with Events(str(api.base_url).rstrip("/").removesuffix("/api")) as events:
+        assert api.post("/models/download", json={"id": entry_id}).status_code == 202
+        events.wait_for(
+            lambda seen: any(n == "download" and d["state"] in ("done", "error") for n, d in seen)
+        )
+    assert [d["state"] for n, d in events.seen if n == "download"][-1] == "done"
+    for path in SPLIT:
+        assert (tmp_path / "models" / Path(path).name).read_bytes() == fake.repos[REPO][path]
+    assert api.delete(f"/hf/entry/{entry_id}", headers=JSON).json() == {"ok": True}
+    assert all(e["id"] != entry_id for e in api.get("/models").json()["catalog"])
+    assert json.loads((tmp_path / "data" / "added-models.json").read_text())["models"] == []
+    assert (tmp_path / "models" / Path(SPLIT[0]).name).is_file()
+    incomplete = api.post(
+        "/hf/add", json={"repo": "fake-org/broken-GGUF", "name": "half-00001-of-00002.gguf"}
+    )
+    assert (incomplete.status_code, incomplete.json()["error"]["code"]) == (409, "incomplete_set")
+    shipped = api.post("/hf/add", json={"repo": REPO, "name": "tiny-Q4_1.gguf"})
+    assert (shipped.status_code, shipped.json()["error"]["code"]) == (409, "conflict")
+    for entry in (entry_id, f"hf:{REPO}/tiny-Q4_1.gguf", "nope"):
+        assert api.delete(f"/hf/entry/{entry}", headers=JSON).status_code == 404
+    before = len(fake.requests)
+    bad = api.post("/hf/add", json={"repo": REPO, "name": "../x.gguf"})
+    assert bad.status_code == 400 and len(fake.requests) == before
+
+
+def test_the_token_goes_to_the_endpoint_only_and_is_kept_nowhere(
+    api: httpx.Client,
+    hub: tuple[Hub, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """LOC-SEC-50, LOC-SEC-52..55: the token reaches the configured site as a bearer token
+    on the listing and the search; curl never sees it on its command line (a wrapper records
+    every argv); no log line, settings.json or added-models.json holds it."""
+    fake, _ = hub
+    wrapper = tmp_path / "bin"
+    wrapper.mkdir()
+    argv_log = tmp_path / "argv.log"
+    (wrapper / "curl").write_text(f'#!/bin/sh\necho "$@" >> {argv_log}\nexec /usr/bin/curl "$@"\n')
+    (wrapper / "curl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper}:{os.environ['PATH']}")
+    caplog.set_level(logging.DEBUG)
+    assert (
+        api.post(
+            "/hf/add", json={"repo": GATED, "name": "gated-Q4_K_M.gguf", "token": TOKEN}
+        ).status_code
+        == 201
+    )
+    assert api.post("/hf/search", json={"query": "gated", "token": TOKEN}).status_code == 200
+    seen = [r["authorization"] for r in fake.requests]
+    assert seen and all(a == f"Bearer {TOKEN}" for a in seen)
+    assert argv_log.read_text() and TOKEN not in argv_log.read_text()
+    assert TOKEN not in caplog.text
+    for stored in (tmp_path / "data").rglob("*"):
+        if stored.is_file():
+            assert TOKEN.encode() not in stored.read_bytes(), stored
+    assert not list(Path("/tmp").glob("miserver-hf-*.header"))
