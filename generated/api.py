@@ -239,6 +239,85 @@ class HfModels(BaseModel):
     models: list[Model1]
 
 
+class HfInspectRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    repo: Annotated[str, Field(max_length=2048, min_length=1)]
+    name: Annotated[str, Field(max_length=1024, min_length=1)]
+    token: Annotated[str | None, Field(max_length=4096)] = None
+
+
+class Model2(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    readable: bool
+    arch: str
+    role: Literal["model", "projector", "draft", "other", ""]
+    type: str
+    block_count: int
+    is_moe: bool
+    n_expert: int
+    n_expert_used: int
+    n_layer: int
+    n_moe_layer: int
+    n_embd: int
+    dense_bytes: int
+    expert_bytes: int
+    token_cycle_bytes: Annotated[
+        int,
+        Field(
+            description="Bytes a token touches, dense + expert × n_expert_used / n_expert."
+        ),
+    ]
+    largest_dense_tensor: int
+    has_mtp: bool
+    streamable: Annotated[
+        bool, Field(description="Always false (no expert streaming here).")
+    ]
+    refusal: str
+
+
+class Machine(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    residency_budget: int
+    budget_if_loaded: int
+    loaded_model: str
+    loaded_held: int
+    memory_total: int
+    disk_free: int
+    present_bytes: int
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    downloadable: bool
+    mode: Literal["plain mmap", "not a model", "not readable"]
+    disk: str
+    memory: str
+
+
+class HfInspection(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    repo: str
+    revision: str
+    name: str
+    quant: str
+    bytes: int
+    files: Annotated[int, Field(description="How many files (shards).")]
+    complete: bool
+    model: Model2
+    machine: Machine
+    verdict: Verdict
+
+
 class HfAddRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -325,7 +404,7 @@ class Host(BaseModel):
     cpu_threads: int
 
 
-class Model2(BaseModel):
+class Model3(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
@@ -364,7 +443,7 @@ class Info(BaseModel):
     host: Host
     state: Literal["empty", "planning", "loading", "ready", "error"]
     error: str
-    model: Annotated[Model2 | None, Field(...)]
+    model: Annotated[Model3 | None, Field(...)]
     generating: bool
 
 

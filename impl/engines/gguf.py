@@ -101,6 +101,47 @@ def read_metadata(path: Path) -> dict[str, Any]:
         return {_string(handle): _value(handle, _read(handle, "<I")) for _ in range(count)}
 
 
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    kind: int  # the ggml type
+
+    @property
+    def bytes(self) -> int:
+        """The tensor's size on disk (its ggml type's blocks)."""
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(self.kind)]
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count // block * size
+
+
+def read_header(handle: BinaryIO) -> tuple[dict[str, Any], list[TensorInfo]]:
+    """The key/value header and the tensor infos from a file's first bytes (a range read of
+    a remote file will do); NotGGUF when they are not all there or not GGUF."""
+    if handle.read(4) != MAGIC:
+        raise NotGGUF("the data does not start with the GGUF magic")
+    version = _read(handle, "<I")
+    if version not in (2, 3):
+        raise NotGGUF(f"unsupported GGUF version {version}")
+    tensors, count = _read(handle, "<Q"), _read(handle, "<Q")
+    meta = {_string(handle): _value(handle, _read(handle, "<I")) for _ in range(count)}
+    infos = []
+    for _ in range(tensors):
+        name = _string(handle)
+        dims = _read(handle, "<I")
+        shape = tuple(_read(handle, "<Q") for _ in range(dims))
+        kind = _read(handle, "<I")
+        _read(handle, "<Q")  # offset
+        try:
+            gguf.GGMLQuantizationType(kind)
+        except ValueError:
+            raise NotGGUF(f"tensor {name}: unknown ggml type {kind}") from None
+        infos.append(TensorInfo(name, shape, kind))
+    return meta, infos
+
+
 def quantization_name(file_type: int | None) -> str:
     """`general.file_type` as llama.cpp names it (`Q4_1`), or `unrecorded`."""
     if file_type is None:

@@ -6,6 +6,7 @@ from starlette.responses import JSONResponse
 
 from ..generated import api
 from ..models.hf_admin import HfAdmin
+from ..models.inspection import Machine
 from .common import parse_local, request_body, state
 
 
@@ -29,6 +30,17 @@ async def hf_add() -> JSONResponse:
     """POST /api/hf/add: 201, also when it replaces an earlier addition."""
     req = parse_local(api.HfAddRequest, request_body())
     return JSONResponse(await _admin().add(req.repo, req.name, req.token), status_code=201)
+
+
+async def hf_inspect() -> JSONResponse:
+    """POST /api/hf/inspect: the header by range requests, set against this machine."""
+    req = parse_local(api.HfInspectRequest, request_body())
+    server = state()
+    resident = server.manager.resident
+    machine = Machine(
+        server.downloads.models_dir, "" if resident is None else resident.entry.model_id
+    )
+    return JSONResponse(await _admin().inspect(req.repo, req.name, req.token, machine))
 
 
 async def hf_forget(id: str) -> JSONResponse:

@@ -14,8 +14,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..errors import ApiError
+from . import inspection
 from .catalog import Catalog, CatalogFile, Entry
 from .hub import Hub, HubModel, Target, checked_path, models_of, parse_target
+from .inspection import HEADER_BYTES, Machine
 
 
 class HfAdmin:
@@ -74,6 +76,39 @@ class HfAdmin:
         )
         self.catalog.add(entry)
         return {"id": entry.id, "title": entry.title, "quant": entry.quant, "bytes": entry.bytes}
+
+    async def inspect(
+        self, text: str, name: str, token: str | None, machine: Machine
+    ) -> dict[str, Any]:
+        """POST /api/hf/inspect: the model's header, read by range requests before a byte of
+        it is downloaded, and what this machine can do with it (LOC-HFI)."""
+        checked_path(name)
+        target, models = await self._listing(text, token)
+        model = next((m for m in models if m.name == name), None)
+        if model is None:
+            raise ApiError("not_found", f"`{target.repo}` has no model `{name}`.", "name")
+        headers = []
+        for file in model.files:
+            head = await self.hub.head(target, file.path, min(file.bytes, HEADER_BYTES), token)
+            headers.append(head)
+        facts = inspection.model_facts(headers)
+        present = inspection.present_bytes(
+            [(PurePosixPath(f.path).name, f.bytes) for f in model.files], machine.models_dir
+        )
+        facts_machine = machine.view(present)
+        verdict = inspection.verdict(model.name, model.bytes, facts, facts_machine)
+        return {
+            "repo": target.repo,
+            "revision": target.revision,
+            "name": model.name,
+            "quant": model.quant,
+            "bytes": model.bytes,
+            "files": len(model.files),
+            "complete": model.complete,
+            "model": facts,
+            "machine": facts_machine,
+            "verdict": verdict,
+        }
 
     def forget(self, entry_id: str) -> None:
         """DELETE /api/hf/entry/{id}: an added entry leaves the catalog; its files stay."""

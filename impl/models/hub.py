@@ -227,6 +227,33 @@ class Hub:
             files.append(RepoFile(str(item.get("path", "")), int(item.get("size") or 0), sha))
         return files
 
+    async def head(self, target: Target, path: str, count: int, token: str | None) -> bytes:
+        """The first `count` bytes of a file, by a range request (LOC-HFI-02); 502 when they
+        cannot be fetched (LOC-HFI-28)."""
+        revision = quote(target.revision, safe="")
+        url = f"{self.endpoint}/{target.repo}/resolve/{revision}/{quote(path)}"
+        with _header_file(token) as header:
+            argv = [
+                *curl.argv(self._curl, self.endpoint),
+                "--fail",
+                "--max-time",
+                str(self._timeout),
+                "--range",
+                f"0-{count - 1}",
+                *(["--header", f"@{header}"] if header is not None else []),
+                url,
+            ]
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            out, err = await process.communicate()
+        if process.returncode != 0:
+            said = err.decode("utf-8", "replace").strip() or f"curl exit {process.returncode}"
+            raise ApiError(
+                "upstream_error", f"The header of {path} could not be fetched: {said}", "name"
+            )
+        return out[:count]
+
     async def _json(self, path: str, token: str | None) -> Any:
         """GET `path` on the endpoint with curl; the body as JSON, or the refusal."""
         with _header_file(token) as header:

@@ -148,6 +148,7 @@ def server(
         data_dir=tmp_path / "data",
         cache_dir=cache_dir(),
         models_dir=models,
+        scan_dirs=(tmp_path / "scan",),
         hf_endpoint=base,
         catalog_file=catalog_file,
         download_retry_wait_s=0.05,
@@ -319,19 +320,26 @@ def test_no_space_is_507_and_writes_nothing(
 
 
 def test_partial_delete_frees_only_part_files(server: Running, hub: tuple[Hub, str]) -> None:
-    """LOC-PART-01..07, LOC-SEC-45, LOC-SEC-46: deleting an entry's partial download removes
-    the `.part` of each file it names and nothing else (a complete shard stays), answers the
-    bytes freed (0 the second time), 404 for an unknown id, 409 while it downloads."""
+    """LOC-PART-01..07, LOC-SEC-45, LOC-SEC-46, LOC-MODELS-15, LOC-MODELS-33: deleting an
+    entry's partial download removes the `.part` of each file it names in the models
+    directory and nothing else (a complete shard stays; a scan directory is never counted
+    nor touched), answers the bytes freed (0 the second time), 404 for an unknown id, 409
+    while it downloads."""
     fake, _ = hub
     server.models.mkdir(parents=True, exist_ok=True)
     (server.models / SPLIT[0]).write_bytes(fake.repos[REPO][SPLIT[0]])
     (server.models / f"{SPLIT[1]}.part").write_bytes(b"p" * 4321)
     (server.models / "other.gguf.part").write_bytes(b"q" * 10)
+    scan = server.models.parent / "scan"
+    scan.mkdir()
+    (scan / f"{SPLIT[1]}.part").write_bytes(b"s" * 99)  # never counted, never deleted
+    (scan / SPLIT[2]).write_bytes(b"s" * 7)
     assert server.entry("split")["received"] == len(fake.repos[REPO][SPLIT[0]]) + 4321
     freed = server.api.delete("/models/partial/split", headers=JSON)
     assert freed.json() == {"ok": True, "freed": 4321}
     assert server.api.delete("/models/partial/split", headers=JSON).json()["freed"] == 0
     assert (server.models / SPLIT[0]).is_file() and (server.models / "other.gguf.part").is_file()
+    assert (scan / f"{SPLIT[1]}.part").is_file() and (scan / SPLIT[2]).is_file()
     entry = server.entry("split")
     assert (entry["partial"], entry["received"]) == (False, len(fake.repos[REPO][SPLIT[0]]))
     unknown = server.api.delete("/models/partial/nope", headers=JSON)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
 
+import gguf
 import httpx
+import numpy as np
 import pytest
 from huggingface_hub import HfApi
 
@@ -29,12 +33,26 @@ SPLIT = [f"big/tiny-split-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
 WAIT_S = 60.0
 
 
+def projector_gguf() -> bytes:
+    """A small real GGUF file whose header says it is a projector (clip, mmproj)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mmproj.gguf"
+        writer = gguf.GGUFWriter(str(path), arch="clip")
+        writer.add_type("mmproj")
+        writer.add_tensor("v.blk.0.attn_q.weight", np.zeros((4, 4), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+
 @pytest.fixture
 def hub(gguf_path: Path) -> Iterator[tuple[Hub, str]]:
     hub = Hub()
     data = gguf_path.read_bytes()
     hub.add(REPO, "tiny-Q4_1.gguf", data)
-    hub.add(REPO, "mmproj-tiny-f16.gguf", b"p" * 1000)
+    hub.add(REPO, "mmproj-tiny-f16.gguf", projector_gguf())
     hub.add(REPO, "draft-tiny-Q8_0.gguf", b"d" * 2000)
     hub.add(REPO, "README.md", b"# tiny")
     for name, size in zip(SPLIT, (3000, 2000, 1000), strict=True):
@@ -269,3 +287,61 @@ def test_the_token_goes_to_the_endpoint_only_and_is_kept_nowhere(
         if stored.is_file():
             assert TOKEN.encode() not in stored.read_bytes(), stored
     assert not list(Path("/tmp").glob("miserver-hf-*.header"))
+
+
+def test_inspect_reads_the_header_by_range_and_sets_it_against_this_machine(
+    api: httpx.Client, hub: tuple[Hub, str], gguf_path: Path, tmp_path: Path
+) -> None:
+    """LOC-HFI-01..09, -12..18, -24, -25, -27: a model's header comes from a range request
+    (never the whole file) and gives its facts (llama, 30 blocks, 576 wide, dense bytes the
+    tensors' sum); the machine is measured with nothing loaded; the verdict is `plain mmap`
+    with the disk and memory sentences; a copy already in the models directory counts as
+    present; a projector is `not a model`, not downloadable; a header that does not parse
+    is `not readable`; a name the listing lacks is 404."""
+    fake, _ = hub
+    size = gguf_path.stat().st_size
+    ask = {"repo": REPO, "name": "tiny-Q4_1.gguf"}
+    found = api.post("/hf/inspect", json=ask).json()
+    ranges = [r["range"] for r in fake.requests if r["path"] == "tiny-Q4_1.gguf"]
+    assert ranges and all(r and r.startswith("bytes=0-") for r in ranges)
+    assert int(ranges[0].split("-")[1]) < size - 1  # never the whole file
+    model = found["model"]
+    assert (found["bytes"], found["files"], found["complete"]) == (size, 1, True)
+    assert (model["readable"], model["arch"], model["role"], model["type"]) == (
+        True,
+        "llama",
+        "model",
+        "model",
+    )
+    assert (model["block_count"], model["n_layer"], model["n_embd"], model["is_moe"]) == (
+        30,
+        30,
+        576,
+        False,
+    )
+    assert 0.95 * size < model["dense_bytes"] < size and model["expert_bytes"] == 0
+    assert model["token_cycle_bytes"] == model["dense_bytes"]
+    machine, verdict = found["machine"], found["verdict"]
+    assert (machine["loaded_model"], machine["loaded_held"], machine["present_bytes"]) == ("", 0, 0)
+    assert machine["budget_if_loaded"] <= machine["memory_total"]
+    assert (verdict["mode"], verdict["downloadable"]) == ("plain mmap", True)
+    assert re.fullmatch(
+        rf"needs {size >> 20} MiB of disk; the models folder has \d+ MiB free", verdict["disk"]
+    )
+    assert verdict["memory"].startswith("fits: its weights take ")
+    (tmp_path / "models").mkdir(exist_ok=True)
+    (tmp_path / "models" / "tiny-Q4_1.gguf").write_bytes(gguf_path.read_bytes())
+    again = api.post("/hf/inspect", json=ask).json()
+    assert again["machine"]["present_bytes"] == size
+    assert again["verdict"]["disk"].startswith("needs 0 MiB of disk")
+    projector = api.post("/hf/inspect", json={"repo": REPO, "name": "mmproj-tiny-f16.gguf"}).json()
+    assert projector["model"]["role"] == "projector"
+    assert (projector["verdict"]["mode"], projector["verdict"]["downloadable"]) == (
+        "not a model",
+        False,
+    )
+    assert "projector" in projector["verdict"]["memory"]
+    broken = api.post("/hf/inspect", json={"repo": REPO, "name": "draft-tiny-Q8_0.gguf"}).json()
+    assert broken["model"]["readable"] is False and broken["verdict"]["mode"] == "not readable"
+    missing = api.post("/hf/inspect", json={"repo": REPO, "name": "nope.gguf"})
+    assert missing.status_code == 404

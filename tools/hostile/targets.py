@@ -213,6 +213,7 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "hf-search": ("POST", "/api/hf/search", {"query": "hostile", "token": "hostile-token"}),
     "hf-models": ("POST", "/api/hf/models", {"repo": "hostile/none", "token": "hostile-token"}),
     "hf-add": ("POST", "/api/hf/add", {"repo": "hostile/none", "name": "hostile.gguf"}),
+    "hf-inspect": ("POST", "/api/hf/inspect", {"repo": "hostile/none", "name": "hostile.gguf"}),
     "hf-forget": ("DELETE", "/api/hf/entry/hf:hostile%2Fnone%2Fhostile.gguf", None),
     "lock-put": ("PUT", "/api/steering/lock", {"model": "hostile-no-such-model"}),
     "lock-delete": ("DELETE", "/api/steering/lock", None),
