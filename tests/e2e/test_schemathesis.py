@@ -53,6 +53,7 @@ from miserver.conformance.checks.schema import bounded
 from miserver.conformance.fuzzing import CHECKS
 from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import live_server
+from tests.fakehub import Hub, serve_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -102,9 +103,14 @@ def test_every_operation_conforms(case: Case[Any], base_url: str) -> None:
 
 @pytest.fixture(scope="module")
 def api_base_url(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[str]:
-    """A server of its own (the fuzzer changes its steering state), with the trained SAEs."""
+    """A server of its own (the fuzzer changes its steering state), with the trained SAEs and
+    `--hf-endpoint` on a fake site on loopback (no test reaches the internet)."""
     env = {"MISERVER_SAES_DIR": str(saes_dir)}
-    with live_server(tmp_path_factory.mktemp("e2e-api-fuzz"), env) as running:
+    workdir = tmp_path_factory.mktemp("e2e-api-fuzz")
+    with (
+        serve_hub(Hub()) as site,  # /api/hf reaches a site (none of the fuzzer's repos exist)
+        live_server(workdir, env, args=["--hf-endpoint", site]) as running,
+    ):
         yield running.base_url.removesuffix("/v1") + "/api"
 
 
