@@ -84,6 +84,10 @@ def _skip(handle: BinaryIO, kind: int, count: int) -> None:
     if kind in _SCALARS:
         handle.seek(struct.calcsize(_SCALARS[kind]) * count, 1)
         return
+    if kind == _STRING:  # a vocabulary: length-prefixed strings, seeked over undecoded
+        for _ in range(count):
+            handle.seek(_read(handle, "<Q"), 1)
+        return
     for _ in range(count):
         _value(handle, kind)
 
@@ -152,9 +156,14 @@ def quantization_name(file_type: int | None) -> str:
         return "unrecorded"
 
 
-@lru_cache(maxsize=256)
-def _facts(path: Path, _size: int, _mtime: float) -> GGUFFacts:
-    meta = read_metadata(path)
+@lru_cache(maxsize=1024)
+def _facts(path: Path, _size: int, _mtime: float) -> GGUFFacts | NotGGUF:
+    """The facts, or the refusal: a file that is not GGUF is not read again while it is
+    unchanged (a listing asks about every file, every time)."""
+    try:
+        meta = read_metadata(path)
+    except NotGGUF as exc:
+        return exc
     arch = str(meta.get("general.architecture", "unrecorded"))
     template = meta.get("tokenizer.chat_template")
     return GGUFFacts(
@@ -173,9 +182,13 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def facts(path: Path) -> GGUFFacts:
-    """The header facts of `path` (cached while the file is unchanged)."""
+    """The header facts of `path` (cached while the file is unchanged); NotGGUF when it
+    is not a readable GGUF file (cached too)."""
     stat = path.stat()
-    return _facts(path.resolve(), stat.st_size, stat.st_mtime)
+    found = _facts(path.resolve(), stat.st_size, stat.st_mtime)
+    if isinstance(found, NotGGUF):
+        raise NotGGUF(str(found))
+    return found
 
 
 def fingerprint(path: Path) -> str:
