@@ -361,3 +361,26 @@ def test_downloads_take_a_catalog_id_only(server: Running) -> None:
         refused = server.start(sent)
         assert (refused.status_code, refused.json()["error"]["code"]) == (404, "not_found")
     assert not server.models.exists() or not any(server.models.iterdir())
+
+
+def test_six_failed_attempts_end_in_error_keeping_the_part(
+    server: Running, hub: tuple[Hub, str], gguf_bytes: bytes
+) -> None:
+    """LOC-DL-10, LOC-DL-12, LOC-DL-14: a line that fails on every attempt is tried six
+    times (five `running` events carrying the failure in `error`, each after a wait), then
+    ends in `error` with the `.part` kept for a later start."""
+    fake, _ = hub
+    fake.faults["tiny.gguf"] = Fault(drop_after=100_000, drops=6)
+    with Events(server.base) as events:
+        assert server.start("tiny").status_code == 202
+        failed = server.wait_state(events, "tiny", "error")
+    assert "tiny.gguf" in failed["error"]
+    retries = [
+        d["attempt"]
+        for n, d in events.seen
+        if n == "download" and d["state"] == "running" and d["error"]
+    ]
+    assert retries == [1, 2, 3, 4, 5]
+    assert len([r for r in fake.requests if r["path"] == "tiny.gguf"]) == 6
+    assert (server.models / "tiny.gguf.part").stat().st_size >= 100_000
+    assert server.entry("tiny")["partial"] is True
