@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 import torch
 
-from .hashing import LIMIT, clamp
+from .hashing import LIMIT, scaled
 from .header import CircuitMember, Member, inline_member, manual_member, profile_member
 from .rung import CircuitState
 from .sae import SAE
@@ -85,18 +85,12 @@ def applied_sae(
     """
     if kind not in APPLIED_KINDS:
         raise ValueError(f"unknown steering kind {kind!r}")
-    applied: dict[int, float] = {}
-    clamped = 0
     for index, strength in sorted(strengths.items()):
         if isinstance(strength, bool) or not math.isfinite(float(strength)):
             raise ValueError(f"strength of feature {index} must be a finite number")
         if not 0 <= index < sae.d_sae:
             raise IndexError(f"feature {index} is outside 0..{sae.d_sae - 1}")
-        raw = float(strength) * float(scale)
-        value = clamp(raw)
-        clamped += value != raw
-        if value != 0.0:
-            applied[index] = value
+    applied, clamped = scaled(strengths, scale)
     vector = torch.zeros(sae.d_in, dtype=sae.W_dec.dtype)
     if applied:
         indices = torch.tensor(list(applied), dtype=torch.long)

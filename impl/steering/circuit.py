@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import contract
 from . import dial
-from .hashing import clamp
+from .hashing import scaled
 
 SCHEMA = "mi-circuit-v1.json"
 
@@ -92,14 +92,7 @@ class Circuit:
         """Every (SAE, layer) the circuit steers at λ = `scale`, by layer then SAE."""
         found: list[Applied] = []
         for (layer, sae_id), authored in self.groups().items():
-            strengths: dict[int, float] = {}
-            clamped = 0
-            for index, strength in authored.items():
-                raw = strength * scale
-                value = clamp(raw)
-                clamped += value != raw
-                if value != 0.0:
-                    strengths[index] = value
+            strengths, clamped = scaled(authored, scale)
             found.append(Applied(sae_id, layer, strengths, clamped))
         return found
 

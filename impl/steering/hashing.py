@@ -42,6 +42,20 @@ def clamp(strength: float) -> float:
     return max(-LIMIT, min(LIMIT, strength))
 
 
+def scaled(strengths: Mapping[int, float], scale: float) -> tuple[dict[int, float], int]:
+    """index -> clamp(strength × scale) in binary64, zeros dropped, and how many strengths the
+    clamp changed: what a profile or a circuit member applies at λ = `scale`."""
+    applied: dict[int, float] = {}
+    clamped = 0
+    for index, strength in sorted(strengths.items()):
+        raw = float(strength) * float(scale)
+        value = clamp(raw)
+        clamped += value != raw
+        if value != 0.0:
+            applied[index] = value
+    return applied, clamped
+
+
 def _index(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"feature index must be an int, not {value!r}")
