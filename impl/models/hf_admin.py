@@ -32,6 +32,15 @@ class HfAdmin:
         target = parse_target(text, self.hub.endpoint)
         return target, models_of(await self.hub.files(target, token))
 
+    async def _model(self, text: str, name: str, token: str | None) -> tuple[Target, HubModel]:
+        """The listed model `name` (a validated path; 404 when the listing lacks it)."""
+        checked_path(name)
+        target, models = await self._listing(text, token)
+        model = next((m for m in models if m.name == name), None)
+        if model is None:
+            raise ApiError("not_found", f"`{target.repo}` has no model `{name}`.", "name")
+        return target, model
+
     async def models(self, text: str, token: str | None) -> dict[str, Any]:
         """POST /api/hf/models: the repository's gguf files as models (LOC-HFM)."""
         target, models = await self._listing(text, token)
@@ -45,11 +54,7 @@ class HfAdmin:
     async def add(self, text: str, name: str, token: str | None) -> dict[str, Any]:
         """POST /api/hf/add: the model `name` of the repository as catalog entry
         `hf:<repo>/<name>`, persisted; replaces an earlier addition (LOC-HFA)."""
-        checked_path(name)
-        target, models = await self._listing(text, token)
-        model = next((m for m in models if m.name == name), None)
-        if model is None:
-            raise ApiError("not_found", f"`{target.repo}` has no model `{name}`.", "name")
+        target, model = await self._model(text, name, token)
         if not model.complete:
             raise ApiError(
                 "incomplete_set",
@@ -82,11 +87,7 @@ class HfAdmin:
     ) -> dict[str, Any]:
         """POST /api/hf/inspect: the model's header, read by range requests before a byte of
         it is downloaded, and what this machine can do with it (LOC-HFI)."""
-        checked_path(name)
-        target, models = await self._listing(text, token)
-        model = next((m for m in models if m.name == name), None)
-        if model is None:
-            raise ApiError("not_found", f"`{target.repo}` has no model `{name}`.", "name")
+        target, model = await self._model(text, name, token)
         headers = []
         for file in model.files:
             head = await self.hub.head(target, file.path, min(file.bytes, HEADER_BYTES), token)

@@ -232,47 +232,15 @@ class Hub:
         cannot be fetched (LOC-HFI-28)."""
         revision = quote(target.revision, safe="")
         url = f"{self.endpoint}/{target.repo}/resolve/{revision}/{quote(path)}"
-        with _header_file(token) as header:
-            argv = [
-                *curl.argv(self._curl, self.endpoint),
-                "--fail",
-                "--max-time",
-                str(self._timeout),
-                "--range",
-                f"0-{count - 1}",
-                *(["--header", f"@{header}"] if header is not None else []),
-                url,
-            ]
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-            )
-            out, err = await process.communicate()
-        if process.returncode != 0:
-            said = err.decode("utf-8", "replace").strip() or f"curl exit {process.returncode}"
-            raise ApiError(
-                "upstream_error", f"The header of {path} could not be fetched: {said}", "name"
-            )
-        return out[:count]
+        options = ["--fail", "--range", f"0-{count - 1}"]
+        failed = f"The header of {path} could not be fetched", "name"
+        return (await self._fetch(url, options, token, failed))[:count]
 
     async def _json(self, path: str, token: str | None) -> Any:
         """GET `path` on the endpoint with curl; the body as JSON, or the refusal."""
-        with _header_file(token) as header:
-            argv = [
-                *curl.argv(self._curl, self.endpoint),
-                "--max-time",
-                str(self._timeout),
-                "--write-out",
-                "\n%{http_code}",
-                *(["--header", f"@{header}"] if header is not None else []),
-                f"{self.endpoint}{path}",
-            ]
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-            )
-            out, err = await process.communicate()
-        if process.returncode != 0:
-            said = err.decode("utf-8", "replace").strip() or f"curl exit {process.returncode}"
-            raise ApiError("upstream_error", f"The site could not be reached: {said}", None)
+        options = ["--write-out", "\n%{http_code}"]
+        failed = "The site could not be reached", None
+        out = await self._fetch(f"{self.endpoint}{path}", options, token, failed)
         body, _, code = out.rpartition(b"\n")
         status = int(code or b"0")
         if status == 401:
@@ -287,6 +255,30 @@ class Hub:
             return json.loads(body)
         except ValueError:
             raise _bad_answer("answer") from None
+
+    async def _fetch(
+        self, url: str, options: list[str], token: str | None, failed: tuple[str, str | None]
+    ) -> bytes:
+        """curl's output for `url` on the endpoint; 502 upstream_error (`failed`: the message's
+        start and the param) when curl fails."""
+        with _header_file(token) as header:
+            argv = [
+                *curl.argv(self._curl, self.endpoint),
+                "--max-time",
+                str(self._timeout),
+                *options,
+                *(["--header", f"@{header}"] if header is not None else []),
+                url,
+            ]
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            out, err = await process.communicate()
+        if process.returncode != 0:
+            said = err.decode("utf-8", "replace").strip() or f"curl exit {process.returncode}"
+            message, param = failed
+            raise ApiError("upstream_error", f"{message}: {said}", param)
+        return out
 
 
 def _bad_answer(what: str) -> ApiError:
