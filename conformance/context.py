@@ -90,6 +90,14 @@ class Context:
         """GET `root + "/api" + path` (a management endpoint; 404 on servers without one)."""
         return self.client.get(f"{self.root}/api{path}")
 
+    def api_json(self, path: str) -> Any:
+        """The JSON of a 200 from `GET root/api + path`; None for any other answer."""
+        response = self.get_api(path)
+        try:
+            return response.json() if response.status_code == 200 else None
+        except ValueError:
+            return None
+
     def chat_body(self, **fields: Any) -> dict[str, Any]:
         """A short greedy chat request for the chosen model, with `fields` added or replaced."""
         body: dict[str, Any] = {

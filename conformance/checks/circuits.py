@@ -27,17 +27,9 @@ from .steering import STEERING, steering_members
 RUNG = "X-miLLM-Circuit-Rung"
 
 
-def _api_json(ctx: Context, path: str) -> Any:
-    response = ctx.get_api(path)
-    try:
-        return response.json() if response.status_code == 200 else None
-    except ValueError:
-        return None
-
-
 def _active(ctx: Context) -> dict[str, Any]:
     """GET /api/circuits/active, when at least one circuit steers the model under test."""
-    state = _api_json(ctx, "/circuits/active")
+    state = ctx.api_json("/circuits/active")
     if not isinstance(state, dict) or not isinstance(state.get("circuits"), list):
         raise NotOffered(f"GET {ctx.root}/api/circuits/active answers no circuits state")
     if state.get("model") != ctx.model or not any(
@@ -140,7 +132,7 @@ def circuit_rung_header(ctx: Context) -> None:
 
 
 def _document_members(ctx: Context, circuit_id: str) -> list[dict[str, Any]]:
-    view = _api_json(ctx, f"/circuits/{circuit_id}")
+    view = ctx.api_json(f"/circuits/{circuit_id}")
     document = view.get("document") if isinstance(view, dict) else None
     members = document.get("members") if isinstance(document, dict) else None
     if not isinstance(members, list):
@@ -205,8 +197,8 @@ def circuit_member_hash(ctx: Context) -> None:
 
 def _cluster(ctx: Context) -> dict[str, Any]:
     """A stored profile whose SAE is attached at its layer of the model under test."""
-    steering = _api_json(ctx, "/steering")
-    profiles = _api_json(ctx, "/profiles")
+    steering = ctx.api_json("/steering")
+    profiles = ctx.api_json("/profiles")
     if not isinstance(steering, dict) or not isinstance(profiles, dict):
         raise NotOffered(f"GET {ctx.root}/api/steering or /api/profiles answers no state")
     attached = {

@@ -40,14 +40,10 @@ def _expect(ok: bool, expected: str, received: Any, requirement: str) -> None:
 
 def armed_of(ctx: Context) -> list[str]:
     """The names of the armed probes (GET /api/probes), or NotOffered."""
-    response = ctx.get_api("/probes")
-    try:
-        listed: Any = response.json() if response.status_code == 200 else None
-    except ValueError:
-        listed = None
+    listed = ctx.api_json("/probes")
     data = listed.get("data") if isinstance(listed, dict) else None
     if not isinstance(data, list):
-        raise NotOffered(f"GET {ctx.root}/api/probes answers {response.status_code}, no probes")
+        raise NotOffered(f"GET {ctx.root}/api/probes answers no list of probes")
     names = sorted(str(p.get("name")) for p in data if isinstance(p, dict) and p.get("armed"))
     if not names:
         raise NotOffered("no probe is armed (GET /api/probes); arm one to check verdicts")

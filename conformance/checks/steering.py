@@ -71,13 +71,9 @@ def steering_header_grammar(ctx: Context) -> None:
 
 def attachment_of(ctx: Context) -> Attachment:
     """An SAE attached exactly once to the model under test, from GET /api/steering."""
-    response = ctx.get_api("/steering")
-    try:
-        state: Any = response.json() if response.status_code == 200 else None
-    except ValueError:
-        state = None
+    state = ctx.api_json("/steering")
     if not isinstance(state, dict) or not isinstance(state.get("attachments"), list):
-        raise NotOffered(f"GET {ctx.root}/api/steering answers {response.status_code}, no state")
+        raise NotOffered(f"GET {ctx.root}/api/steering answers no steering state")
     found = [
         a
         for a in state["attachments"]
