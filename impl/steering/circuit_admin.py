@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import ApiError, InvalidParameter
 from ..store.circuits import CircuitNotFound, CircuitRow
-from ..store.profiles import ProfileNotFound
+from ..store.profiles import Profile, ProfileNotFound
 from .admin import SteeringAdmin
 from .circuit import Circuit, CircuitError, Member, parse
 from .hashing import steering_set_hash
@@ -143,8 +143,8 @@ class CircuitAdmin:
             {(a.sae.sae_id, a.layer) for a in self._live.attachments(model)} if model else set()
         )
         if circuit.mode == "slice_fallback":
-            _, lam = self._live.circuit_items(circuit, model or "", None)
-            groups = self._backing(circuit).applied(lam)
+            profile, lam = self._live.backing(circuit)
+            groups = _as_circuit(circuit, profile).applied(lam)
         else:
             lam = circuit.dial(None, self._live.circuit_bounds)
             groups = circuit.applied(lam)
@@ -170,17 +170,6 @@ class CircuitAdmin:
             "layers": layers,
             "error": None,
         }
-
-    def _backing(self, circuit: Circuit) -> Circuit:
-        """A slice-fallback circuit's backing cluster as a one-layer circuit (no members when
-        the cluster is gone): what it applies in the circuit's stead."""
-        assert circuit.backing_cluster is not None
-        try:
-            profile = self._live.profiles.get(circuit.backing_cluster)
-        except ProfileNotFound:
-            return dataclasses.replace(circuit, members=())
-        members = tuple(Member(profile.sae_id, profile.layer, i, s) for i, s in profile.features)
-        return dataclasses.replace(circuit, members=members)
 
     # -- changes -------------------------------------------------------------------
 
@@ -253,3 +242,12 @@ class CircuitAdmin:
 
 
 __all__ = ["CircuitAdmin"]
+
+
+def _as_circuit(circuit: Circuit, profile: Profile | None) -> Circuit:
+    """A slice-fallback circuit's backing cluster as a one-layer circuit (no members when the
+    cluster is gone): what it applies in the circuit's stead."""
+    if profile is None:
+        return dataclasses.replace(circuit, members=())
+    members = tuple(Member(profile.sae_id, profile.layer, i, s) for i, s in profile.features)
+    return dataclasses.replace(circuit, members=members)

@@ -307,20 +307,30 @@ class LiveSteering:
 
     # -- internals ------------------------------------------------------------------
 
-    def _fallback(
-        self, circuit: Circuit, model_id: str, value: dial.Dial | None
-    ) -> tuple[list[AppliedSAE], float]:
-        """A slice-fallback circuit: its backing cluster at the circuit's dial, by the cluster
-        rule, floor included (OAI-CIRCUIT-10); no `circuit` member, so no rung header."""
+    def backing(
+        self, circuit: Circuit, value: dial.Dial | None = None
+    ) -> tuple[Profile | None, float]:
+        """A slice-fallback circuit's backing cluster (None when it is gone) and λ: the
+        request's or the circuit's own dial, by the cluster rule, floor included
+        (OAI-CIRCUIT-10)."""
         assert circuit.backing_cluster is not None
         try:
             profile = self.profiles.get(circuit.backing_cluster)
         except ProfileNotFound:
             log.warning("circuit %s: no backing cluster %s", circuit.id, circuit.backing_cluster)
-            return [], 0.0
+            return None, 0.0
         bounds = dial.Bounds.of(profile.intensity_range, self.bounds)
-        lam = dial.resolve(circuit.intensity if value is None else value, bounds)
-        item = self.profile_applied_sae(profile, model_id, "active", lam)
+        return profile, dial.resolve(circuit.intensity if value is None else value, bounds)
+
+    def _fallback(
+        self, circuit: Circuit, model_id: str, value: dial.Dial | None
+    ) -> tuple[list[AppliedSAE], float]:
+        """A slice-fallback circuit steers as its backing cluster: no `circuit` member, so no
+        rung header."""
+        profile, lam = self.backing(circuit, value)
+        item = (
+            None if profile is None else self.profile_applied_sae(profile, model_id, "active", lam)
+        )
         return ([] if item is None else [item]), lam
 
     def _global(
