@@ -31,10 +31,10 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from ..errors import ApiError
 from . import curl
+from .listing import shard
 
 SITE_HOSTS = frozenset({"huggingface.co", "www.huggingface.co", "hf.co"})
 PART = re.compile(r"^[A-Za-z0-9._+-]+$")  # one segment of a repository id or a file path
-SPLIT = re.compile(r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})\.gguf$")
 QUANT = re.compile(
     r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|F16|F32|BF16|MXFP4)(?![A-Za-z0-9])", re.IGNORECASE
 )
@@ -162,14 +162,9 @@ def models_of(files: Sequence[RepoFile]) -> list[HubModel]:
     are models first, then the companion files (LOC-HFM-02, -03, -08, -12)."""
     sets: dict[tuple[str, int], list[tuple[int, RepoFile]]] = {}
     for file in files:
-        if not file.path.lower().endswith(".gguf"):
-            continue
-        split = SPLIT.match(file.path)
-        if split is not None and 1 <= int(split["index"]) <= int(split["total"]):
-            key = (split["base"], int(split["total"]))
-            sets.setdefault(key, []).append((int(split["index"]), file))
-        else:
-            sets.setdefault((file.path, 1), []).append((1, file))
+        if file.path.lower().endswith(".gguf"):
+            key, index = shard(file.path)  # as the local listing groups a split set
+            sets.setdefault(key, []).append((index, file))
     found = []
     for (_, total), shards in sets.items():
         ordered = tuple(f for _, f in sorted(shards, key=lambda s: s[0]))

@@ -135,7 +135,7 @@ def _gguf_models(entries: list[os.DirEntry[str]], root: str, folder: str) -> lis
     groups: dict[tuple[str, int], list[_File]] = {}
     for entry, size in _files(entries):
         if entry.name.lower().endswith(".gguf"):
-            key, index = _shard(entry.name)
+            key, index = shard(entry.name)
             groups.setdefault(key, []).append(_File(index, entry.path, size))
     return [
         _gguf_model(sorted(files, key=lambda f: f.index), total, root, folder)
@@ -143,7 +143,7 @@ def _gguf_models(entries: list[os.DirEntry[str]], root: str, folder: str) -> lis
     ]
 
 
-def _shard(name: str) -> tuple[tuple[str, int], int]:
+def shard(name: str) -> tuple[tuple[str, int], int]:
     """`((set, shard count), index)`: `a-00002-of-00003.gguf` -> `(("a-", 3), 2)`.
 
     A single file is a set of one keyed by its full name (which ends in `.gguf`, so it
