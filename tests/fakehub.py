@@ -9,6 +9,7 @@ for a file. Faults, set per file by the test:
                  the next `drops` requests (the line failing mid-file)
     status       answer this status instead (401, 404, 500)
     stall        hold the body after this many bytes until `release` is set
+    rate         send the body at about this many bytes a second
 
 Every request is recorded (method, path, Range, Authorization) in `requests`.
 It also answers the site's API as `huggingface_hub` reads it: `GET /api/models`
@@ -47,6 +48,7 @@ class Fault:
     drops: int = 0
     status: int | None = None
     stall: int | None = None
+    rate: int | None = None
 
 
 @dataclass(slots=True)
@@ -127,6 +129,8 @@ def hub_app(hub: Hub) -> Starlette:
                 piece = body[sent : min(sent + CHUNK, limit)]
                 sent += len(piece)
                 yield piece
+                if fault.rate is not None:
+                    await asyncio.sleep(len(piece) / fault.rate)
 
         return StreamingResponse(stream(), status_code=status, headers=headers)
 

@@ -62,6 +62,12 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def retry_waits(first_s: float, max_s: float) -> list[float]:
+    """The waits before each retry of a file: `first_s` doubled each time, at most `max_s`
+    (LOC-DL-11); one fewer than ATTEMPTS."""
+    return [min(first_s * 2**n, max_s) for n in range(ATTEMPTS - 1)]
+
+
 def free_space(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
@@ -114,7 +120,7 @@ class Downloads:
         self.models_dir = models_dir
         self.endpoint = endpoint
         self._publish = publish
-        self._wait = (wait_s, wait_max_s)
+        self._waits = retry_waits(wait_s, wait_max_s)
         self._free = free
         self._curl = curl
         self._jobs: dict[str, asyncio.Task[None]] = {}
@@ -185,10 +191,10 @@ class Downloads:
 
     def _path(self, file: CatalogFile, suffix: str = "") -> Path:
         """A file of an entry in the models directory, never elsewhere (LOC-SEC-47)."""
-        name = file.name + suffix
-        if os.path.basename(name) != name or name in (".", "..") or os.path.isabs(name):
+        name = file.name
+        if os.path.basename(name) != name or name in ("", ".", "..") or "\\" in name:
             raise ValueError(f"{file.name!r} is not a plain file name")
-        return self.models_dir / name
+        return self.models_dir / (name + suffix)
 
     def _event(self, entry: Entry, file: CatalogFile, state: str, **fields: Any) -> None:
         received = on_disk(entry, self.models_dir).received
@@ -200,6 +206,7 @@ class Downloads:
             "bytes_per_s": 0.0,
             "eta_s": None,
             "attempt": 0,
+            "retry_in_s": None,
             "state": state,
             "error": "",
         }
@@ -227,7 +234,6 @@ class Downloads:
         target, part = self._path(file), self._path(file, PART)
         if target.is_file():
             return
-        wait, wait_max = self._wait
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 await self._fetch(entry, file, part, attempt)
@@ -235,9 +241,11 @@ class Downloads:
             except DownloadFailed as exc:
                 if not exc.retry or attempt == ATTEMPTS:
                     raise
-                self._event(entry, file, "running", attempt=attempt, error=str(exc))
+                wait = self._waits[attempt - 1]
+                self._event(
+                    entry, file, "running", attempt=attempt, error=str(exc), retry_in_s=wait
+                )
                 await asyncio.sleep(wait)
-                wait = min(wait * 2, wait_max)
         await asyncio.to_thread(self._finish, file, part, target)
 
     def _finish(self, file: CatalogFile, part: Path, target: Path) -> None:

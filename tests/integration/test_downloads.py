@@ -161,9 +161,10 @@ def server(
 
 
 def test_the_shipped_catalog_lists_real_models_on_the_configured_endpoint(tmp_path: Path) -> None:
-    """LOC-MODELS-28..32, LOC-SEC-50, issue 20 item 1: the shipped catalog holds small real GGUF
-    models, each file with its size and SHA-256, and GET /api/models lists each entry with
-    its files' resolve URLs on the configured endpoint, `available`, nothing received."""
+    """LOC-MODELS-28, LOC-MODELS-29, LOC-MODELS-30, LOC-MODELS-31, LOC-MODELS-32, LOC-SEC-50, issue
+    20 item 1: the shipped catalog holds small real GGUF models, each file with its size and
+    SHA-256, and GET /api/models lists each entry with its files' resolve URLs on the configured
+    endpoint, `available`, nothing received."""
     entries = shipped()
     assert len(entries) >= 5 and all(f.sha256 for e in entries for f in e.files)
     assert {"qwen2.5-1.5b-instruct-q4_k_m", "smollm2-135m-instruct-q4_k_m"} <= {
@@ -184,6 +185,21 @@ def test_the_shipped_catalog_lists_real_models_on_the_configured_endpoint(tmp_pa
     assert view["files"][0]["url"] == (
         f"https://mirror.example/{first.repo}/resolve/{first.revision}/{first.files[0].name}"
     )
+    assert set(view) >= {
+        "id",
+        "title",
+        "quant",
+        "file",
+        "bytes",
+        "files",
+        "blurb",
+        "status",
+        "received",
+        "partial",
+        "note",
+    }
+    assert [f["name"] for f in view["files"]] == [f.name for f in first.files]
+    assert {v["status"] for v in views.values()} <= {"on_disk", "downloading", "available"}
     assert (view["status"], view["received"], view["partial"], view["added"]) == (
         "available",
         0,
@@ -195,11 +211,11 @@ def test_the_shipped_catalog_lists_real_models_on_the_configured_endpoint(tmp_pa
 def test_a_download_interrupted_three_times_finishes_whole(
     server: Running, hub: tuple[Hub, str], gguf_bytes: bytes
 ) -> None:
-    """LOC-DL-01..06, LOC-DL-09..12, LOC-DL-15, LOC-DL-16, LOC-EVENTS-18, LOC-EVENTS-19,
-    LOC-MODELS-16: the line dropped three times mid-file, each retried from the `.part`
-    (a Range request from its size) while the event stays `running` with the failure in
-    `error`; the file ends whole (the right bytes), renamed from `.part`, `on_disk`, and
-    in /v1/models at once."""
+    """LOC-DL-01, LOC-DL-02, LOC-DL-03, LOC-DL-04, LOC-DL-05, LOC-DL-06, LOC-DL-09, LOC-DL-10,
+    LOC-DL-11, LOC-DL-12, LOC-DL-15, LOC-DL-16, LOC-EVENTS-18, LOC-EVENTS-19, LOC-MODELS-16: the
+    line dropped three times mid-file, each retried from the `.part` (a Range request from its
+    size) while the event stays `running` with the failure in `error`; the file ends whole (the
+    right bytes), renamed from `.part`, `on_disk`, and in /v1/models at once."""
     fake, _ = hub
     fake.faults["tiny.gguf"] = Fault(drop_after=len(gguf_bytes) // 5, drops=3)
     with Events(server.base) as events:
@@ -211,6 +227,7 @@ def test_a_download_interrupted_three_times_finishes_whole(
         d for n, d in events.seen if n == "download" and d["state"] == "running" and d["error"]
     ]
     assert [d["attempt"] for d in retries] == [1, 2, 3]
+    assert [d["retry_in_s"] for d in retries] == [0.05, 0.1, 0.2]  # doubling, capped
     ranges = [r["range"] for r in fake.requests if r["path"] == "tiny.gguf"]
     assert (
         ranges[0] is None
@@ -227,6 +244,33 @@ def test_a_download_interrupted_three_times_finishes_whole(
     )
     ids = [m["id"] for m in httpx.get(f"{server.base}/v1/models").json()["data"]]
     assert any(i.startswith("tiny") for i in ids), ids
+
+
+def test_progress_events_carry_the_rate_and_eta_at_most_four_a_second(
+    server: Running, hub: tuple[Hub, str]
+) -> None:
+    """LOC-DL-04, LOC-EVENTS-18, LOC-EVENTS-19, issue 20 item 2 (events with bytes/s and ETA at
+    most a few times a second): a file the site sends at about 400 kB/s gives `running`
+    events, at most four a second, whose `bytes_per_s` is near that rate and whose `eta_s`
+    is what is left at that rate; the last event is `done`."""
+    fake, _ = hub
+    rate = 400_000
+    fake.faults[SPLIT[0]] = Fault(rate=rate)
+    with Events(server.base) as events:
+        began = time.monotonic()
+        assert server.start("split").status_code == 202
+        server.wait_state(events, "split", "done")
+        took = time.monotonic() - began
+    downloads = [d for n, d in events.seen if n == "download"]
+    running = [d for d in downloads if d["state"] == "running"]
+    assert took >= len(fake.repos[REPO][SPLIT[0]]) / rate * 0.9
+    assert 3 <= len(running) <= 4 * took + 3  # one first event per file, then four a second
+    assert downloads[-1]["state"] == "done" and {d["state"] for d in running} == {"running"}
+    assert set(downloads[0]) >= {"id", "file", "received", "total", "state", "error"}
+    steady = [d for d in running if d["file"] == SPLIT[0] and d["received"] >= 200_000]
+    assert steady and all(0.4 * rate < d["bytes_per_s"] < 1.6 * rate for d in steady)
+    for d in steady:
+        assert d["eta_s"] == pytest.approx((d["total"] - d["received"]) / d["bytes_per_s"])
 
 
 @pytest.mark.parametrize("server", ["0" * 64], indirect=True)
@@ -248,8 +292,8 @@ def test_a_checksum_mismatch_is_an_error_and_never_a_model(server: Running) -> N
 def test_a_refusal_of_the_site_ends_at_once_and_keeps_the_part(
     server: Running, hub: tuple[Hub, str]
 ) -> None:
-    """LOC-DL-13, LOC-MODELS-33..35: a 404 from the site is not retried: `error` at once
-    naming the file; a `.part` already there stays and still counts as received."""
+    """LOC-DL-13, LOC-MODELS-33, LOC-MODELS-34, LOC-MODELS-35: a 404 from the site is not retried:
+    `error` at once naming the file; a `.part` already there stays and still counts as received."""
     fake, _ = hub
     server.models.mkdir(parents=True, exist_ok=True)
     (server.models / SPLIT[1]).with_suffix(".gguf.part").write_bytes(b"x" * 1000)
@@ -266,10 +310,11 @@ def test_a_refusal_of_the_site_ends_at_once_and_keeps_the_part(
 def test_cancel_keeps_the_part_and_a_new_start_resumes(
     server: Running, hub: tuple[Hub, str]
 ) -> None:
-    """LOC-DL-06, LOC-DL-16..19, LOC-MODELS-34..36, LOC-SEC-44: while the site stalls
-    mid-file the entry is `downloading` and a second start is a 202 no-op; a cancel sends
-    `cancelled` and keeps the `.part` (`partial`, `received` from disk); starting again
-    resumes from it (Range from its size) and ends `on_disk` with every shard whole."""
+    """LOC-DL-06, LOC-DL-16, LOC-DL-17, LOC-DL-18, LOC-DL-19, LOC-MODELS-34, LOC-MODELS-35,
+    LOC-MODELS-36, LOC-SEC-44: while the site stalls mid-file the entry is `downloading` and a
+    second start is a 202 no-op; a cancel sends `cancelled` and keeps the `.part` (`partial`,
+    `received` from disk); starting again resumes from it (Range from its size) and ends `on_disk`
+    with every shard whole."""
     fake, _ = hub
     fake.faults[SPLIT[0]] = Fault(stall=200_000)
     with Events(server.base) as events:
@@ -320,11 +365,11 @@ def test_no_space_is_507_and_writes_nothing(
 
 
 def test_partial_delete_frees_only_part_files(server: Running, hub: tuple[Hub, str]) -> None:
-    """LOC-PART-01..07, LOC-SEC-45, LOC-SEC-46, LOC-MODELS-15, LOC-MODELS-33: deleting an
-    entry's partial download removes the `.part` of each file it names in the models
-    directory and nothing else (a complete shard stays; a scan directory is never counted
-    nor touched), answers the bytes freed (0 the second time), 404 for an unknown id, 409
-    while it downloads."""
+    """LOC-PART-01, LOC-PART-02, LOC-PART-03, LOC-PART-04, LOC-PART-05, LOC-PART-06, LOC-PART-07,
+    LOC-SEC-45, LOC-SEC-46, LOC-MODELS-15, LOC-MODELS-33: deleting an entry's partial download
+    removes the `.part` of each file it names in the models directory and nothing else (a complete
+    shard stays; a scan directory is never counted nor touched), answers the bytes freed (0 the
+    second time), 404 for an unknown id, 409 while it downloads."""
     fake, _ = hub
     server.models.mkdir(parents=True, exist_ok=True)
     (server.models / SPLIT[0]).write_bytes(fake.repos[REPO][SPLIT[0]])

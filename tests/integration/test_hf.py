@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -23,7 +24,7 @@ from miserver.app import Server
 from miserver.models.hub import EXPAND
 from miserver.settings import Settings
 from tests.conftest import JSON, cache_dir, uvicorn_serving
-from tests.fakehub import Hub, serve_hub
+from tests.fakehub import Fault, Hub, serve_hub
 from tests.integration.test_downloads import Events
 
 REPO = "fake-org/tiny-GGUF"
@@ -131,8 +132,9 @@ def test_the_fake_site_answers_as_huggingface_hub_reads_it(hub: tuple[Hub, str])
 
 
 def test_search_most_downloaded_first_at_most_twenty(api: httpx.Client) -> None:
-    """LOC-HFS-01..08: repositories with gguf files matching the query, most downloaded
-    first, at most twenty, each {id, downloads, likes, modified, gated} (gated a bool)."""
+    """LOC-HFS-01, LOC-HFS-02, LOC-HFS-03, LOC-HFS-04, LOC-HFS-05, LOC-HFS-06, LOC-HFS-07,
+    LOC-HFS-08: repositories with gguf files matching the query, most downloaded first, at most
+    twenty, each {id, downloads, likes, modified, gated} (gated a bool)."""
     found = api.post("/hf/search", json={"query": "GGUF"}).json()
     assert found["query"] == "GGUF" and len(found["repos"]) == 20
     downloads = [r["downloads"] for r in found["repos"]]
@@ -149,9 +151,11 @@ def test_search_most_downloaded_first_at_most_twenty(api: httpx.Client) -> None:
 
 
 def test_a_repository_lists_its_gguf_files_as_models(api: httpx.Client) -> None:
-    """LOC-HFM-01..12: one model per file, a split set once by its first shard (`count`,
-    `complete`, every shard in `files`), roles from the names (mmproj: projector, draft-:
-    draft), models first; a tree, blob or resolve URL gives its revision and file."""
+    """LOC-HFM-01, LOC-HFM-02, LOC-HFM-03, LOC-HFM-04, LOC-HFM-05, LOC-HFM-06, LOC-HFM-07,
+    LOC-HFM-08, LOC-HFM-09, LOC-HFM-10, LOC-HFM-11, LOC-HFM-12: one model per file, a split set
+    once by its first shard (`count`, `complete`, every shard in `files`), roles from the names
+    (mmproj: projector, draft-: draft), models first; a tree, blob or resolve URL gives its
+    revision and file."""
     listing = api.post("/hf/models", json={"repo": REPO}).json()
     assert (listing["repo"], listing["revision"], listing["file"]) == (REPO, "main", "")
     models = {m["name"]: m for m in listing["models"]}
@@ -206,12 +210,13 @@ def test_an_unreachable_site_is_502(tmp_path: Path) -> None:
 
 
 def test_add_download_and_forget(api: httpx.Client, hub: tuple[Hub, str], tmp_path: Path) -> None:
-    """LOC-HFA-01..11, LOC-HFE-01..03, LOC-MODELS-37, LOC-SEC-48: an added split set becomes
-    `hf:<repo>/<name>` with one file per shard (URLs on the endpoint, the site's SHA-256),
-    listed `added`, kept in added-models.json; added again, 201 and replaced; it downloads
-    by its id into the models directory (folders dropped); forgetting it leaves its files;
-    a split set with shards missing is 409, a shipped id 409, an unknown or shipped id on
-    forget 404, a name with `..` 400 with nothing fetched."""
+    """LOC-HFA-01, LOC-HFA-02, LOC-HFA-03, LOC-HFA-04, LOC-HFA-05, LOC-HFA-06, LOC-HFA-07,
+    LOC-HFA-08, LOC-HFA-09, LOC-HFA-10, LOC-HFA-11, LOC-HFE-01, LOC-HFE-02, LOC-HFE-03,
+    LOC-MODELS-37, LOC-SEC-48: an added split set becomes `hf:<repo>/<name>` with one file per
+    shard (URLs on the endpoint, the site's SHA-256), listed `added`, kept in added-models.json;
+    added again, 201 and replaced; it downloads by its id into the models directory (folders
+    dropped); forgetting it leaves its files; a split set with shards missing is 409, a shipped id
+    409, an unknown or shipped id on forget 404, a name with `..` 400 with nothing fetched."""
     fake, base = hub
     added = api.post("/hf/add", json={"repo": REPO, "name": SPLIT[0]})
     assert added.status_code == 201, added.text
@@ -261,9 +266,10 @@ def test_the_token_goes_to_the_endpoint_only_and_is_kept_nowhere(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """LOC-SEC-50, LOC-SEC-52..55: the token reaches the configured site as a bearer token
-    on the listing and the search; curl never sees it on its command line (a wrapper records
-    every argv); no log line, settings.json or added-models.json holds it."""
+    """LOC-SEC-50, LOC-SEC-52, LOC-SEC-53, LOC-SEC-54, LOC-SEC-55, LOC-HFM-15: the token
+    reaches the configured site as a bearer token on the listing and the search, both
+    fetched with the system curl; curl never sees the token on its command line (a wrapper
+    records every argv); no log line, settings.json or added-models.json holds it."""
     fake, _ = hub
     wrapper = tmp_path / "bin"
     wrapper.mkdir()
@@ -281,7 +287,9 @@ def test_the_token_goes_to_the_endpoint_only_and_is_kept_nowhere(
     assert api.post("/hf/search", json={"query": "gated", "token": TOKEN}).status_code == 200
     seen = [r["authorization"] for r in fake.requests]
     assert seen and all(a == f"Bearer {TOKEN}" for a in seen)
-    assert argv_log.read_text() and TOKEN not in argv_log.read_text()
+    argv = argv_log.read_text()
+    assert f"/api/models/{GATED}/tree/main" in argv  # the listing went through curl (HFM-15)
+    assert "/api/models?" in argv and TOKEN not in argv
     assert TOKEN not in caplog.text
     for stored in (tmp_path / "data").rglob("*"):
         if stored.is_file():
@@ -292,12 +300,15 @@ def test_the_token_goes_to_the_endpoint_only_and_is_kept_nowhere(
 def test_inspect_reads_the_header_by_range_and_sets_it_against_this_machine(
     api: httpx.Client, hub: tuple[Hub, str], gguf_path: Path, tmp_path: Path
 ) -> None:
-    """LOC-HFI-01..09, -12..18, -24, -25, -27: a model's header comes from a range request
-    (never the whole file) and gives its facts (llama, 30 blocks, 576 wide, dense bytes the
-    tensors' sum); the machine is measured with nothing loaded; the verdict is `plain mmap`
-    with the disk and memory sentences; a copy already in the models directory counts as
-    present; a projector is `not a model`, not downloadable; a header that does not parse
-    is `not readable`; a name the listing lacks is 404."""
+    """LOC-HFI-01, LOC-HFI-02, LOC-HFI-03, LOC-HFI-04, LOC-HFI-05, LOC-HFI-06, LOC-HFI-07,
+    LOC-HFI-08, LOC-HFI-09, LOC-HFI-12, LOC-HFI-13, LOC-HFI-14, LOC-HFI-15, LOC-HFI-16,
+    LOC-HFI-17, LOC-HFI-18, LOC-HFI-25, LOC-HFI-27, LOC-HFI-28: a model's header comes from a
+    range request (never the whole file) and gives its facts (llama, 30 blocks, 576 wide,
+    dense bytes the tensors' sum); the machine is measured with nothing loaded; the verdict
+    is `plain mmap` with the disk and memory sentences; a copy already in the models
+    directory counts as present; a projector is `not a model`, not downloadable; a header
+    that does not parse is `not readable`; a name the listing lacks is 404; a header the
+    site would not give is 502."""
     fake, _ = hub
     size = gguf_path.stat().st_size
     ask = {"repo": REPO, "name": "tiny-Q4_1.gguf"}
@@ -345,3 +356,28 @@ def test_inspect_reads_the_header_by_range_and_sets_it_against_this_machine(
     assert broken["model"]["readable"] is False and broken["verdict"]["mode"] == "not readable"
     missing = api.post("/hf/inspect", json={"repo": REPO, "name": "nope.gguf"})
     assert missing.status_code == 404
+    fake.faults["tiny-Q4_1.gguf"] = Fault(status=500)
+    unfetched = api.post("/hf/inspect", json=ask)
+    assert (unfetched.status_code, unfetched.json()["error"]["code"]) == (502, "upstream_error")
+
+
+def test_inspect_with_a_model_loaded_counts_that_a_load_unloads_it(
+    api: httpx.Client, hub: tuple[Hub, str]
+) -> None:
+    """LOC-HFI-19, LOC-HFI-22, LOC-HFI-24: with the default model loaded (without a plan), the
+    machine names it, `loaded_held` is 0, the figure is the measured one, and the memory
+    sentence says it was measured with that model loaded."""
+    assert api.post("/session/load", json={}, headers=JSON).status_code == 202
+    deadline = time.monotonic() + WAIT_S
+    while (info := api.get("/info").json())["state"] not in ("ready", "error"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert info["state"] == "ready", info
+    loaded = info["model"]["id"]
+    found = api.post("/hf/inspect", json={"repo": REPO, "name": "tiny-Q4_1.gguf"}).json()
+    machine = found["machine"]
+    assert (machine["loaded_model"], machine["loaded_held"]) == (loaded, 0)
+    assert machine["budget_if_loaded"] == machine["residency_budget"]
+    assert (
+        f"(measured with {loaded} loaded; a load unloads it first)" in (found["verdict"]["memory"])
+    )

@@ -24,8 +24,8 @@ ENDPOINT = "https://mirror.example"
 def test_an_id_or_a_url_on_the_site_names_a_repository(
     text: str, repo: str, revision: str, file: str
 ) -> None:
-    """LOC-HFM-01, LOC-HFM-04..06, LOC-SEC-51: a URL is parsed (repository, revision, file),
-    on the site or the configured endpoint; nothing is fetched from it."""
+    """LOC-HFM-01, LOC-HFM-04, LOC-HFM-05, LOC-HFM-06, LOC-SEC-51: a URL is parsed (repository,
+    revision, file), on the site or the configured endpoint; nothing is fetched from it."""
     target = parse_target(text, ENDPOINT)
     assert (target.repo, target.revision, target.file) == (repo, revision, file)
 
@@ -59,8 +59,9 @@ def test_file_paths_are_plain_folders() -> None:
 
 
 def test_models_from_names() -> None:
-    """LOC-HFM-02, -03, -07..12: split sets once (missing shards: incomplete), quant and role
-    from the names, models before companion files."""
+    """LOC-HFM-02, LOC-HFM-03, LOC-HFM-07, LOC-HFM-08, LOC-HFM-09, LOC-HFM-10, LOC-HFM-11,
+    LOC-HFM-12: split sets once (missing shards: incomplete), quant and role from the names, models
+    before companion files."""
     files = [
         RepoFile("mmproj-x-f16.gguf", 10, None),
         RepoFile("x-Q4_K_M.gguf", 100, None),
