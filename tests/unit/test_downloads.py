@@ -57,3 +57,24 @@ def test_partial_paths_stay_in_the_models_directory(tmp_path: Path) -> None:
     for bad in ("../m.gguf", "a/m.gguf", "/m.gguf", "..", ".", "", "a\\m.gguf"):
         with pytest.raises(ValueError, match="not a plain file name"):
             jobs._path(CatalogFile(bad, 1), ".part")
+
+
+def test_curl_dies_with_the_server_by_setpriv_or_prctl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOC-DL-06 (a `.part` no orphan writes on after a `kill -9`; tests/e2e/
+    test_downloads_live.py kills a server): on Linux curl starts under `setpriv --pdeathsig
+    KILL` where util-linux has it (no fork of the whole server), else with a `prctl` in the
+    child before exec."""
+    from miserver.models import downloads
+
+    downloads._tied_to_server.cache_clear()
+    try:
+        monkeypatch.setattr(downloads.shutil, "which", lambda name: f"/usr/bin/{name}")
+        assert downloads._tied_to_server() == (
+            ("/usr/bin/setpriv", "--pdeathsig", "KILL", "--"),
+            None,
+        )
+        downloads._tied_to_server.cache_clear()
+        monkeypatch.setattr(downloads.shutil, "which", lambda _: None)
+        assert downloads._tied_to_server() == ((), downloads._die_with_parent)
+    finally:
+        downloads._tied_to_server.cache_clear()

@@ -12,6 +12,9 @@ server). Paths, rounds interleaved:
   its `done` event arrives on `/api/events`, the entry without a SHA-256;
 - `server-sha`: the same entry with its SHA-256, verified after the transfer.
 
+Each path's file is deleted right after its timing and `os.sync()` runs before
+each, so no round pays for writing back an earlier round's file.
+
 Then the listing: `--files` small GGUF files (each the first MiB of the
 embedded SmolLM2, a header that parses) in the models directory; `GET
 /api/models` (median of 20, after one warm-up) against `os.scandir` plus a
@@ -123,6 +126,7 @@ def measure(rounds: int, mib: int, work: Path) -> dict[str, list[common.Run]]:
 
             def bare() -> common.Run:
                 out = work / f"curl-{next(counter)}.gguf"
+                os.sync()  # no write-back of an earlier round's file during this one
                 started = time.perf_counter()
                 subprocess.run(["curl", "--silent", "--output", str(out), url], check=True)
                 seconds = time.perf_counter() - started
@@ -131,7 +135,10 @@ def measure(rounds: int, mib: int, work: Path) -> dict[str, list[common.Run]]:
 
             def through(entry: str) -> common.Run:
                 (models / "bench.gguf").unlink(missing_ok=True)
-                return common.Run(len(data) >> 20, done_event(api, entry), "")
+                os.sync()
+                seconds = done_event(api, entry)
+                (models / "bench.gguf").unlink()  # as the bare path drops its file
+                return common.Run(len(data) >> 20, seconds, "")
 
             paths = {
                 "curl": bare,

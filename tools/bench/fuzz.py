@@ -5,12 +5,13 @@
 `miserver serve` with no `--model` (the embedded GGUF on llama.cpp, `--threads`
 compute threads, one by default: the bench's client shares a small machine;
 `--default-max-tokens 16`, so that a mutation that mangles `max_tokens` away
-asks for 16 tokens, not 512), a subprocess on loopback, gets `--count`
-requests one at a time: the whole hostile corpus (tests/data/hostile/, every
-case on every route it names), then seeded random mutations of the targets'
-base bodies (tools/hostile/mutate.py: byte flips, cuts, type swaps, deep
-nesting, lone surrogates, names twice, numbers out of range, random bytes) up
-to the count. The same seed sends the same requests.
+asks for 16 tokens, not 512), a subprocess on loopback with `--hf-endpoint`
+on an empty fake site on loopback (tests/fakehub.py: no request leaves the
+machine), gets `--count` requests one at a time: the whole hostile corpus
+(tests/data/hostile/, every case on every route it names), then seeded random
+mutations of the targets' base bodies (tools/hostile/mutate.py: byte flips,
+cuts, type swaps, deep nesting, lone surrogates, names twice, numbers out of
+range, random bytes) up to the count. The same seed sends the same requests.
 
 The tables give the count by status, the 5xx count (goal 0), the median and
 p99 time to a refusal (a 4xx; HTTP included; goal: median <= 5 ms) per source
@@ -34,6 +35,7 @@ from pathlib import Path
 import httpx
 
 from miserver.settings import from_env
+from tests.fakehub import Hub, serve_hub
 from tools.bench import common
 from tools.hostile import client, corpus, mutate
 from tools.hostile.corpus import Request
@@ -147,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     serve = ["--threads", str(args.threads), "--default-max-tokens", str(DEFAULT_MAX_TOKENS)]
     model = corpus.model()
     with (
+        serve_hub(Hub()) as site,  # /api/hf on loopback: a site that has none of the repos
         tempfile.TemporaryDirectory(prefix="bench-fuzz-") as tmp,
-        common.served(Path(tmp) / "data", from_env().cache_dir, args.threads, serve) as base_url,
+        common.served(
+            Path(tmp) / "data", from_env().cache_dir, args.threads, [*serve, "--hf-endpoint", site]
+        ) as base_url,
         httpx.Client() as http,
     ):
         origin = base_url.removesuffix("/v1")
