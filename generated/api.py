@@ -248,6 +248,140 @@ class HfInspectRequest(BaseModel):
     token: Annotated[str | None, Field(max_length=4096)] = None
 
 
+class PlanDecision(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    knob: Annotated[str, Field(description="A parameter key, or a note's topic.")]
+    label: str
+    group: Literal["set", "kept", "notes"]
+    value: Annotated[
+        Any, Field(description="The raw value (a note's key number, or -).")
+    ]
+    value_text: str
+    source: Literal["measured", "derived", "policy", "operator", "unprobed"]
+    brief: Annotated[str, Field(max_length=120)]
+    reason: str
+
+
+class PlanPoolRow(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    label: str
+    bytes: int
+    locked: bool
+    in_turn: bool
+
+
+class PlanPool(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    label: str
+    cap_bytes: int
+    lockable_cap_bytes: int
+    lockable_cap_known: bool | None = None
+    held_bytes: int
+    locked_bytes: int
+    cache_lock_unverified: bool | None = None
+    estimated: bool | None = None
+    rows: list[PlanPoolRow]
+
+
+class PlanDevice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    description: str
+    cpu: bool
+    own_memory: bool
+    memory_total: int
+    prompt_ratio: float
+    token_ratio: float
+    rate_text: str
+    uses: list[Literal["prompt", "tokens", "layers"]]
+    status: Literal["used", "unused", "refused", "unusable"]
+    badge: str
+    why: str
+
+
+class Lane(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    phase: str
+    label: str
+    on: list[str]
+
+
+class Summary(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    sentence: str
+    lanes: list[Lane]
+
+
+class Predicted(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    s_per_token: float | None = None
+    prefill_tokens_per_s: float | None = None
+
+
+class Measured(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    s_per_token: float
+    cache_hit_pct: float
+    tokens: int
+
+
+class Memory(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    pools: list[PlanPool]
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    available: bool
+    error: str | None = None
+    none: bool | None = None
+    cached: bool | None = None
+    from_last_load: bool | None = None
+    warning: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    machine: Annotated[
+        str | None, Field(description="The machine in one sentence.")
+    ] = None
+    regime: Literal["in-memory", "mmap-paged", "gpu-offload", "gpu-full"] | None = None
+    streaming_declined: bool | None = None
+    decline_reason: str | None = None
+    decisions: list[PlanDecision] | None = None
+    values: dict[str, Any] | None = None
+    args: list[str] | None = None
+    not_applicable: list[str] | None = None
+    summary: Summary | None = None
+    predicted: Predicted | None = None
+    measured: Measured | None = None
+    memory: Memory | None = None
+    devices: list[PlanDevice] | None = None
+    devices_none: Literal["build", "machine", "not_probed", ""] | None = None
+    devices_none_text: str | None = None
+    explain: str | None = None
+
+
 class Model2(BaseModel):
     model_config = ConfigDict(
         extra="allow",

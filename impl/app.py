@@ -41,6 +41,7 @@ from .models.locator import ModelLocator
 from .models.lock import ModelLock
 from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
+from .planner.service import Planner
 from .probes.admin import ProbeAdmin
 from .probes.store import ProbeStore
 from .serving.completions.probing import ProbeScores
@@ -87,6 +88,7 @@ class ServerState:
     config: ConfigService
     downloads: Downloads
     hf: HfAdmin
+    planner: Planner
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -267,6 +269,14 @@ class Server:
         )
         admin = SteeringAdmin(live, manager)
         catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
+        planner = Planner(
+            bus=self.bus,
+            config=config,
+            manager=manager,
+            session=session,
+            models_dir=settings.resolved_models_dir,
+            isolated=not settings.no_isolated_probes,
+        )
         return ServerState(
             settings=settings,
             manager=manager,
@@ -293,6 +303,7 @@ class Server:
                 wait_max_s=settings.download_retry_wait_max_s,
             ),
             hf=HfAdmin(Hub(settings.hf_endpoint), catalog),
+            planner=planner,
         )
 
     def _gate(self, method: str, path: str) -> ApiError | None:

@@ -35,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the parameter table (GET /api/params, with the table's own defaults) "
         "as JSON and exit",
     )
+    serve.add_argument(
+        "--probe-device",
+        action="store_true",
+        help="print the compute devices beyond the host as JSON and exit (the planner runs "
+        "this in a child process, so a driver that ends its process cannot end the server)",
+    )
     schemas = commands.add_parser("schemas", help="the published contract (spec/)")
     schema_commands = schemas.add_subparsers(dest="schemas_command", required=True)
     export = schema_commands.add_parser(
@@ -62,6 +68,11 @@ def serve(args: argparse.Namespace) -> int:
     """Check the start-up rules (exit 2 on a refusal, nothing listens), then serve."""
     if args.describe_params:
         sys.stdout.write(json.dumps(params.described(), indent=2) + "\n")
+        return 0
+    if args.probe_device:
+        from .planner import devices
+
+        sys.stdout.write(json.dumps(devices.report()) + "\n")
         return 0
     settings = settings_mod.from_args(args)
     logging.basicConfig(

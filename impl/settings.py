@@ -95,6 +95,14 @@ class Settings:
         "The one Hugging Face site (or mirror) every download and /api/hf request goes to; "
         "catalog files resolve against it.",
     )
+    no_isolated_probes: bool = _knob(
+        False,
+        "MISERVER_NO_ISOLATED_PROBES",
+        "--no-isolated-probes",
+        "Ask compute devices beyond the host in the server's own process. By default the "
+        "planner asks them in a child (miserver serve --probe-device), so a driver that ends "
+        "its process cannot end the server.",
+    )
     catalog_file: Path | None = _knob(
         None,
         "MISERVER_CATALOG",

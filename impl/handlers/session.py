@@ -31,6 +31,7 @@ async def load() -> JSONResponse:
     req = parse_local(api.LoadRequest, request_body() or {})
     server = state()
     server.session.refuse_if_loading()  # before `model` is set: a refused load changes nothing
+    server.planner.refuse_if_measuring()  # loads and measurements never overlap (LOC-SEC-68)
     local = is_loopback_peer(request.scope)
     engine = str(server.config.values["engine"])
     if req.model is None:  # the configured model, if the stored config validates
@@ -52,7 +53,9 @@ async def load() -> JSONResponse:
 async def unload() -> JSONResponse:
     """POST /api/session/unload: `{"ok": true}` and whether a model was loaded
     (docs/DECISIONS.md, statuses)."""
-    return JSONResponse({"ok": True, "unloaded": await state().session.unload()})
+    server = state()
+    server.planner.refuse_if_measuring()
+    return JSONResponse({"ok": True, "unloaded": await server.session.unload()})
 
 
 async def cancel() -> JSONResponse:

@@ -2,14 +2,17 @@
 
 Layers: the table's defaults < the launch flags (the settings' `--model`,
 `--threads`, `--default-max-tokens`, `--data-dir`, and every other row's own
-flag, e.g. `--temp`) < the values the user set. Only the
-user's values are saved, so a key not in `user_keys` follows the current
-default after an upgrade (LOC-CONC-12). `settings.json` in the data
-directory is `{"values": {user-set keys}, "user_keys": [...], "auto_plan":
+flag, e.g. `--temp`) < the last applied plan (`POST /api/plan/apply`) < the
+values the user set. Only the user's values and the plan are saved, so a key
+in neither follows the current default after an upgrade (LOC-CONC-12).
+`settings.json` in the data directory is `{"values": {user-set keys},
+"user_keys": [...], "plan": {model, values, decisions} | null, "auto_plan":
 false}`, replaced atomically (temp file, fsync, rename) so a crash never
 leaves half a file; a missing or unreadable one starts from the defaults.
 
-This build has no planner: `plan` is null and `auto_plan` always false.
+A plan is made from the config without its own layer (`base_values`,
+LOC-APPLY-05) and replaces the previous plan whole (LOC-APPLY-06); it never
+touches a user key (LOC-APPLY-02, -07). `auto_plan` is not offered yet.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
 RANDOM_SEED = 4294967295  # the `seed` parameter's "random per run"
-NO_PLANNER = "this build has no planner: auto_plan is always false"
+NO_PLANNER = "automatic planning is not offered yet: plan with GET /api/plan, then apply it"
 
 
 class Publisher(Protocol):
@@ -118,7 +121,9 @@ class ConfigService:
         self._manager = manager
         self._locator = locator
         self.operator_keys: tuple[str, ...] = ()  # set at launch, shown, never persisted
-        self._user: dict[str, Any] = self._restore()
+        self._user: dict[str, Any] = {}
+        self._plan: dict[str, Any] | None = None
+        self._restore()
         self._loaded_token: int | None = None
         self._loaded_values: dict[str, Any] | None = None  # session values at the last load
         if manager is not None:
@@ -147,7 +152,24 @@ class ConfigService:
     @property
     def values(self) -> dict[str, Any]:
         """Every parameter, in table order (LOC-CONFIG-02)."""
+        planned = self._plan["values"] if self._plan is not None else {}
+        return {
+            p.key: self._user.get(p.key, planned.get(p.key, self._defaults[p.key])) for p in table()
+        }
+
+    @property
+    def base_values(self) -> dict[str, Any]:
+        """Every parameter without the plan layer: what a plan is made from (LOC-APPLY-05)."""
         return {p.key: self._user.get(p.key, self._defaults[p.key]) for p in table()}
+
+    @property
+    def user_keys(self) -> frozenset[str]:
+        return frozenset(self._user)
+
+    @property
+    def plan(self) -> dict[str, Any] | None:
+        """The last applied plan: {model, values, decisions}, or None."""
+        return self._plan
 
     def request_defaults(self) -> RequestDefaults:
         """What a generation request that leaves a field out gets (docs/LOCAL.md)."""
@@ -196,7 +218,7 @@ class ConfigService:
             "valid": not error,
             "error": error,
             "reload_required": self._reload_required(values),
-            "plan": None,
+            "plan": self._plan,
             "auto_plan": False,
         }
 
@@ -234,12 +256,28 @@ class ConfigService:
             rejected["auto_plan"] = NO_PLANNER
         changed = user != self._user or auto_plan is False
         if changed:
-            self._save(user)  # raises before anything changes when the disk refuses
+            self._save(user, self._plan)  # raises before anything changes when the disk refuses
             self._user = user
         view = self.view()
         if changed:
             self._bus.publish("config", view)
         return {**view, "rejected": rejected}
+
+    def apply_plan(self, model: str, values: Mapping[str, Any], decisions: Any) -> dict[str, Any]:
+        """POST /api/plan/apply: the plan's values become the plan layer, replacing the last
+        plan whole; user keys are neither changed nor joined (LOC-APPLY-01..08)."""
+        rows = by_key()
+        parsed = {
+            key: rows[key].parse(value)
+            for key, value in values.items()
+            if key in rows and not rows[key].writes_files
+        }
+        plan = {"model": model, "values": parsed, "decisions": decisions}
+        self._save(self._user, plan)  # raises before anything changes when the disk refuses
+        self._plan = plan
+        view = self.view()
+        self._bus.publish("config", view)
+        return view
 
     def _confine(self, model: str, peer_local: bool) -> None:
         if self._locator is None:
@@ -304,30 +342,45 @@ class ConfigService:
 
     # -- persistence (LOC-CONFIG-19) -------------------------------------------------
 
-    def _save(self, user: Mapping[str, Any]) -> None:
+    def _save(self, user: Mapping[str, Any], plan: dict[str, Any] | None) -> None:
         ordered = {p.key: user[p.key] for p in table() if p.key in user}
-        document = {"values": ordered, "user_keys": list(ordered), "auto_plan": False}
+        document = {
+            "values": ordered,
+            "user_keys": list(ordered),
+            "plan": plan,
+            "auto_plan": False,
+        }
         write_atomic(self._path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
 
-    def _restore(self) -> dict[str, Any]:
+    def _restore(self) -> None:
         try:
             document = json.loads(self._path.read_text("utf-8"))
         except FileNotFoundError:
-            return {}
+            return
         except (OSError, ValueError) as exc:
             log.warning("%s unreadable, starting from the defaults: %s", self._path, exc)
-            return {}
+            return
         stored = document.get("values") if isinstance(document, dict) else None
         if not isinstance(stored, dict):
             log.warning("%s has no `values` object, starting from the defaults", self._path)
-            return {}
-        user: dict[str, Any] = {}
+            return
+        self._user = self._parsed(stored)
+        plan = document.get("plan")
+        if isinstance(plan, dict) and isinstance(plan.get("values"), dict):
+            self._plan = {
+                "model": str(plan.get("model", "")),
+                "values": self._parsed(plan["values"]),
+                "decisions": plan.get("decisions", []),
+            }
+
+    def _parsed(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
         for key, value in stored.items():
             try:
-                user[key] = self._settable(key).parse(value)
+                found[key] = self._settable(key).parse(value)
             except Refused as exc:
                 log.warning("%s: %s dropped (%s)", self._path, key, exc)
-        return user
+        return found
 
 
 def _session(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class Session:
         return {
             "version": version(),
             "overlap_available": False,
-            "planner_available": False,
+            "planner_available": True,
             "host": {
                 "ram_total_mib": memory.total // _MIB,
                 "ram_available_mib": memory.available // _MIB,

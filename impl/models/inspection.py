@@ -67,13 +67,17 @@ def _int(meta: dict[str, Any], key: str) -> int:
 def model_facts(headers: Sequence[bytes]) -> dict[str, Any]:
     """`model` of the answer: `readable: false` and the rest empty when a header does not
     parse (LOC-HFI-05..11)."""
-    facts = _empty()
     try:
         parsed = [gguf.read_header(io.BytesIO(head)) for head in headers]
     except (gguf.NotGGUF, ValueError, KeyError, OverflowError, MemoryError):
-        return facts
-    meta = parsed[0][0]
-    tensors = [t for _, infos in parsed for t in infos]
+        return _empty()
+    return header_facts(parsed[0][0], [t for _, infos in parsed for t in infos])
+
+
+def header_facts(meta: dict[str, Any], tensors: Sequence[gguf.TensorInfo]) -> dict[str, Any]:
+    """`model` from a parsed header: the first shard's keys, every shard's tensor infos (the
+    planner's model probe reads a local file's through here too, LOC-HFI-03)."""
+    facts = _empty()
     arch = meta.get("general.architecture")
     arch = arch if isinstance(arch, str) else ""
     kind = meta.get("general.type")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +32,12 @@ class EventBus:
         self._queues: list[asyncio.Queue[Event]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
+        self._taps: dict[str, list[Callable[[dict[str, Any]], None]]] = {}
+
+    def tap(self, name: str, observer: Callable[[dict[str, Any]], None]) -> None:
+        """Call `observer` with every `name` event's data, listeners or not, in the
+        publisher's thread (the planner reads `done` this way: LOC-PLAN-47)."""
+        self._taps.setdefault(name, []).append(observer)
 
     @property
     def listening(self) -> bool:
@@ -39,6 +45,8 @@ class EventBus:
 
     def publish(self, name: str, data: dict[str, Any]) -> None:
         """Send an event to every listener; safe from any thread."""
+        for observer in self._taps.get(name, ()):
+            observer(data)
         loop = self._loop
         if loop is None or not self._queues:
             return

@@ -1,6 +1,9 @@
 """Per-token and per-generation telemetry for the `token` and `done` events (LOC-EVENTS).
 
-A `Meter` lives in the worker thread of one choice. `compute` is the time
+A `Meter` lives in the worker thread of one choice. With nobody listening it
+is `quiet`: no `token` events and none of their readings, only the clock,
+and the `done` summary still goes to the bus's taps (the planner's
+`measured`, planner/service.py). `compute` is the time
 spent inside the engine's step (the forward pass and sampling), `wall` the
 time between two tokens (detokenizing, stop matching and handing the token
 over included), `cpu` the process's CPU time. Keys of the C++ engine's
@@ -68,6 +71,7 @@ class Meter:
     steps: int
     n_prompt: int
     load_s: float = 0.0
+    quiet: bool = False  # nobody listens: no `token` events (and none of their readings)
     request_id: str | None = field(default_factory=request_ids.current)
     _process: psutil.Process = field(default_factory=psutil.Process)
     _start: float = field(default_factory=time.perf_counter)
@@ -85,12 +89,16 @@ class Meter:
 
     def token(self, compute_s: float) -> None:
         """One generated token, `compute_s` of it spent in the engine's step."""
-        now, cpu, flt = time.perf_counter(), time.process_time(), _majflt()
+        now = time.perf_counter()
         if self._first is None:
             self._first = now
         else:
             self._compute += compute_s  # the first step is the prefill's
         self._tokens += 1
+        if self.quiet:
+            self._last = now
+            return
+        cpu, flt = time.process_time(), _majflt()
         self.emit(
             "token",
             {

@@ -235,6 +235,7 @@ def test_the_config_survives_a_restart(settings: Settings) -> None:
     assert stored(settings) == {
         "values": {"threads": 3, "top-p": 0.5},
         "user_keys": ["threads", "top-p"],
+        "plan": None,
         "auto_plan": False,
     }
     newer = replace(settings, default_max_tokens=777)

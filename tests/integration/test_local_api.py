@@ -313,8 +313,8 @@ def test_info_reads_the_model(
     chat template reads `enable_thinking`, `always` when it writes a reasoning span it cannot
     turn off, `none` otherwise (SmolLM2's own); `n_expert_used` is the model's own
     `num_experts_per_tok`, 0 for a dense model. LOC-INFO-03, -04, -08, -18 (adapted): no
-    overlap and no planner, so a load never reports `planning`, and every busy thread is a
-    compute thread."""
+    overlap; the planner is there but a load does not plan (no `auto_plan` yet), so it never
+    reports `planning`; every busy thread is a compute thread."""
     settings = Settings(
         data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID, models_dir=info_models
     )
@@ -331,7 +331,7 @@ def test_info_reads_the_model(
     assert info["state"] == "ready", info["error"]
     assert info["model"]["id"] == model
     assert (info["model"]["think_ctl"], info["model"]["n_expert_used"]) == (think_ctl, experts)
-    assert info["overlap_available"] is False and info["planner_available"] is False
+    assert info["overlap_available"] is False and info["planner_available"] is True
     assert "planning" not in states
     assert info["model"]["busy_threads"] == info["model"]["compute_threads"]
 

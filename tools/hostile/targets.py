@@ -8,8 +8,10 @@ not exist, so it is never stored; downloads name a catalog id that does not
 exist, so none starts; the /api/hf bodies name a repository the site does not
 have, so nothing is added: the server under the corpus runs with
 `--hf-endpoint` on a fake site, tests/fakehub.py), and the
-config change names an unknown key. The corpus's cases are edits of these
-bodies; `routes.json` carries them, so the tests and the bench read them as data.
+config change names an unknown key; the plan is read with `?cached=1` (no
+measurement), so there is never a plan to apply (409 `no_plan`). The corpus's
+cases are edits of these bodies; `routes.json` carries them, so the tests and
+the bench read them as data.
 """
 
 from __future__ import annotations
@@ -236,6 +238,7 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
         "/api/config",
         {"values": {"hostile-key": "x"}, "reset": ["hostile-key"], "auto_plan": False},
     ),
+    "plan-apply": ("POST", "/api/plan/apply", None),
     "v1-openapi": ("GET", "/v1/openapi.json", None),
     "models": ("GET", "/v1/models", None),
     "model": ("GET", f"/v1/models/{MODEL}", None),
@@ -259,6 +262,7 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "probe-events": ("GET", "/api/probes/events", None),
     "params": ("GET", "/api/params", None),
     "config": ("GET", "/api/config", None),
+    "plan": ("GET", "/api/plan?cached=1", None),
 }
 
 

@@ -456,16 +456,15 @@ class CompletionService:
             await self._record(verdicts)
         return Reply(body, headers)
 
-    def _meter(self, plan: Plan, i: int) -> Meter | None:
-        """Token and done telemetry, measured only while someone listens to /api/events."""
-        if not self._bus.listening:
-            return None
-        n_prompt = len(plan.prompt_ids[i])
+    def _meter(self, plan: Plan, i: int) -> Meter:
+        """Token and done telemetry; the per-token readings only while someone listens to
+        /api/events (the `done` summary always: the planner's `measured` reads it)."""
         return Meter(
             emit=self._bus.publish,
             steps=plan.budgets[i],
-            n_prompt=n_prompt,
+            n_prompt=len(plan.prompt_ids[i]),
             load_s=self._manager.load_seconds,
+            quiet=not self._bus.listening,
         )
 
     async def _generate_all(

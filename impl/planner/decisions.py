@@ -1,0 +1,282 @@
+"""The planner's decisions, one rule per knob (REQ-003 PLAN-12..22, CONC-13).
+
+Each rule reads the facts (the model's shape, this machine, the config
+without the plan layer) and gives a value, its `source`, a `brief` for a
+person (one sentence, at most 120 characters, with the number that decided
+it, no flag names) and the full `reason` that `explain` prints. A key the
+person set (`user_keys`) is never decided: it comes back `operator`, its
+value untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.base import EngineId
+from . import cost
+from .machine import Machine
+from .shape import Shape
+
+MIB = 1 << 20
+ROW_WINDOW = 2048  # tokens: the least window a parallel row gets
+MAX_ROWS = 4
+BATCH = 512  # prompt tokens a pass: llama.cpp's own micro-batch
+MIN_CTX = 512
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Facts:
+    shape: Shape
+    machine: Machine
+    base: Mapping[str, Any]  # the config without the plan layer (LOC-APPLY-05)
+    user_keys: frozenset[str]
+    gpu: bool  # a usable device beyond the host
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decided:
+    value: Any
+    source: str  # measured | derived | policy | operator | unprobed
+    brief: str
+    reason: str
+
+
+Rule = Callable[[Facts, Mapping[str, Any]], Decided]
+
+
+def _threads(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    m = facts.machine
+    n = m.physical_cores
+    return Decided(
+        value=n,
+        source="measured",
+        brief=f"{n} physical cores this server may use: one thread on each.",
+        reason=(
+            f"This process may run on {m.logical_cpus} CPUs, {n} of them physical cores "
+            "(CPU affinity and any cgroup CPU quota respected). Hyperthreads of one core share "
+            "its vector units, and a forward pass waits for its slowest thread at every "
+            f"layer, so {n} threads, one per physical core, as llama.cpp's own default."
+        ),
+    )
+
+
+def rows_for(ctx: int) -> int:
+    """Parallel rows for a window: each keeps at least ROW_WINDOW tokens, at most MAX_ROWS."""
+    return max(1, min(MAX_ROWS, ctx // ROW_WINDOW))
+
+
+def _ctx_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    shape, m = facts.shape, facts.machine
+    trained = shape.n_ctx_train or 4096
+    dtype = _dtype_of(facts)
+    room = cost.budget(m)
+
+    def held(ctx: int) -> int:
+        plan = cost.Settings(
+            threads=1, ctx_size=ctx, batch_size=BATCH, parallel=rows_for(ctx), dtype=dtype
+        )
+        return sum(row.bytes for row in cost.ledger(shape, plan))
+
+    ctx = trained
+    while ctx > MIN_CTX and held(ctx) > room:
+        ctx = max(MIN_CTX, (ctx - 1) // 256 * 256)
+    per_token = shape.kv_bytes_per_token(dtype)
+    kv = per_token * ctx
+    if ctx == trained:
+        brief = f"The model's own window, {ctx} tokens; its cache takes {kv // MIB} MiB."
+        source = "derived"
+    else:
+        brief = f"{ctx} tokens of the model's {trained}: what {room // MIB} MiB of memory holds."
+        source = "measured"
+    return Decided(
+        value=ctx,
+        source=source,
+        brief=brief,
+        reason=(
+            f"The model was trained on {trained} tokens; each token's keys and values take "
+            f"{per_token} bytes over {shape.n_layer} layers. The window is the largest "
+            f"multiple of 256 up to the trained length whose whole ledger (weights, caches, "
+            f"compute buffers: {held(ctx) // MIB} MiB) fits in the {room // MIB} MiB this "
+            f"process may hold now: {ctx} tokens, {kv // MIB} MiB of cache a context."
+        ),
+    )
+
+
+def _batch_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    return Decided(
+        value=BATCH,
+        source="policy",
+        brief=f"{BATCH} prompt tokens a pass: the matmuls are wide enough to run at full rate.",
+        reason=(
+            f"A prompt runs {BATCH} tokens a forward pass (llama.cpp's own micro-batch). "
+            "Wider passes gain little on a CPU, whose matmul rate is reached well before, and "
+            "grow the compute buffers with the attention scores of every token in the pass."
+        ),
+    )
+
+
+def _parallel(facts: Facts, decided: Mapping[str, Any]) -> Decided:
+    ctx = int(decided.get("ctx-size", facts.shape.n_ctx_train or 4096))
+    rows = rows_for(ctx)
+    if rows == 1:
+        brief = f"Serial: a {ctx}-token window is too small to share among rows."
+    else:
+        brief = f"{rows} rows of {ctx // rows} tokens decode together when clients overlap."
+    return Decided(
+        value=rows,
+        source="derived",
+        brief=brief,
+        reason=(
+            "Continuous batching decodes several requests in one forward pass, which reads "
+            "the weights once for all of them: clients that overlap get more tokens a second "
+            f"together, and one alone runs as fast as serial. The rows share the window, so "
+            f"each keeps at least {ROW_WINDOW} tokens: {rows} row(s) of {ctx // rows}, at most "
+            f"{MAX_ROWS}."
+        ),
+    )
+
+
+def _dtype(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    if facts.shape.engine == EngineId.LLAMACPP:
+        return Decided(
+            value="auto",
+            source="policy",
+            brief="llama.cpp computes in the file's own quantized types.",
+            reason=(
+                "The weight type applies to transformers only; llama.cpp runs the GGUF "
+                "file's own types."
+            ),
+        )
+    stored = facts.shape.compute_dtype("auto")
+    return Decided(
+        value=stored,
+        source="policy",
+        brief=f"{stored}, as stored: a CPU computes it without converting each weight.",
+        reason=(
+            f"The weights are {stored} as the model stores them (a GGUF is converted to "
+            "float32). On a CPU, half-precision matmuls are converted back to float32 unless "
+            "the processor has bfloat16 instructions, so the stored type is kept."
+        ),
+    )
+
+
+def _n_gpu_layers(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    if not facts.gpu:
+        return Decided(
+            value=0,
+            source="measured",
+            brief=f"No GPU this server could use: all {facts.shape.n_layer} layers run on the CPU.",
+            reason=(
+                "The device probe found no compute device beyond the host that this build "
+                "can use; every layer stays in host memory."
+            ),
+        )
+    layers = facts.shape.n_layer
+    return Decided(
+        value=layers,
+        source="derived",
+        brief=f"All {layers} layers on the GPU.",
+        reason=f"A usable GPU was found; its layers, {layers}, are all offloaded.",
+    )
+
+
+def _mmap(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    weights = facts.shape.weight_bytes(_dtype_of(facts))
+    room = cost.budget(facts.machine)
+    fits = weights <= room
+    return Decided(
+        value=True,
+        source="policy" if fits else "measured",
+        brief=(
+            f"Mapped: the {weights // MIB} MiB of weights load in a moment and share the page "
+            "cache."
+            if fits
+            else f"Mapped: {weights // MIB} MiB of weights exceed the {room // MIB} MiB free."
+        ),
+        reason=(
+            "Mapping the GGUF file makes a load take milliseconds and lets the page cache hold "
+            "the weights once for every process that reads them; a model larger than memory "
+            "still runs, paged from disk, where reading it whole would fail."
+        ),
+    )
+
+
+def _mlock(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    m = facts.machine
+    weights = facts.shape.weight_bytes(_dtype_of(facts))
+    limit = m.lock_limit
+    lockable = limit is None or limit >= weights
+    ample = weights * 4 <= cost.budget(m)
+    value = lockable and ample and m.lock_known and limit is None
+    if value:
+        brief = f"Locked: the {weights // MIB} MiB of weights stay in RAM; memory is ample."
+    elif not lockable:
+        cap = 0 if limit is None else limit
+        brief = f"Not locked: this process may lock {cap // MIB} MiB, the weights take more."
+    else:
+        brief = "Not locked: the page cache keeps a model in use resident anyway."
+    return Decided(
+        value=value,
+        source="measured" if m.lock_known else "unprobed",
+        brief=brief,
+        reason=(
+            f"Locking keeps the weights from being paged out. The lock ceiling "
+            f"(RLIMIT_MEMLOCK) is {'unlimited' if limit is None else f'{limit} bytes'}; a "
+            "lock above it fails at load time. It is asked for only when the ceiling is "
+            "unlimited and the weights take at most a quarter of the memory available."
+        ),
+    )
+
+
+RULES: dict[str, Rule] = {  # in the order decided: later rules read earlier values
+    "threads": _threads,
+    "ctx-size": _ctx_size,
+    "batch-size": _batch_size,
+    "parallel": _parallel,
+    "dtype": _dtype,
+    "n-gpu-layers": _n_gpu_layers,
+    "mmap": _mmap,
+    "mlock": _mlock,
+}
+
+
+def decide(facts: Facts) -> dict[str, Decided]:
+    """Every knob's decision; a key in `user_keys` keeps the person's value (`operator`)."""
+    decided: dict[str, Any] = {}
+    found: dict[str, Decided] = {}
+    for knob, rule in RULES.items():
+        if knob in facts.user_keys:
+            value = facts.base[knob]
+            found[knob] = Decided(
+                value=value,
+                source="operator",
+                brief="Your own setting, kept as you set it.",
+                reason=f"`{knob}` is one of your settings (user_keys): a plan never changes it.",
+            )
+        else:
+            found[knob] = rule(facts, decided)
+        decided[knob] = found[knob].value
+    return found
+
+
+def settings_of(values: Mapping[str, Any], shape: Shape, machine: Machine) -> cost.Settings:
+    """The cost model's settings from parameter values ("auto" read as the engines do)."""
+
+    def count(key: str, auto: int) -> int:
+        value = values.get(key, "auto")
+        return auto if value == "auto" else int(value)
+
+    return cost.Settings(
+        threads=count("threads", machine.physical_cores),
+        ctx_size=count("ctx-size", shape.n_ctx_train or 4096),
+        batch_size=count("batch-size", BATCH),
+        parallel=int(values.get("parallel", 1)),
+        dtype=str(values.get("dtype", "auto")),
+    )
+
+
+def _dtype_of(facts: Facts) -> str:
+    value = facts.base.get("dtype", "auto")
+    return str(value) if "dtype" in facts.user_keys else "auto"
