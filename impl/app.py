@@ -319,7 +319,10 @@ class Server:
     async def startup(self) -> None:
         model_id = self.launch_model_id()
         if self._preload and model_id is not None:
-            entry = self.state.manager.entry(model_id)
+            engine = str(self.state.config.values["engine"])  # `--engine`, as a load reads it
+            entry = self.state.session.locator.find(model_id, peer_local=True, engine=engine)
+            if self.state.config.auto_plan:  # `--auto-plan`: the start's load plans too
+                await self.state.planner.plan_for_load(entry)
             async with self.state.scheduler.hold():
                 await self.state.manager.ensure(entry)
 

@@ -1,4 +1,5 @@
-"""`miserver serve ...` and `miserver steering-hash ...`: the command line."""
+"""`miserver serve ...`, `miserver plan ...` and `miserver steering-hash ...`: the command
+line."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the compute devices beyond the host as JSON and exit (the planner runs "
         "this in a child process, so a driver that ends its process cannot end the server)",
+    )
+    planning = commands.add_parser(
+        "plan",
+        help="measure this machine and print the plan for the configured model (GET /api/plan)",
+    )
+    settings_mod.add_flags(planning)
+    params.add_flags(planning, taken)
+    planning.add_argument(
+        "--json", action="store_true", help="print the whole proposal as JSON instead"
     )
     schemas = commands.add_parser("schemas", help="the published contract (spec/)")
     schema_commands = schemas.add_subparsers(dest="schemas_command", required=True)
@@ -113,6 +123,40 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def plan(args: argparse.Namespace) -> int:
+    """`miserver plan`: the plan's sentences and `explain`, for a person (or `--json`)."""
+    import asyncio
+
+    from .app import Server
+    from .errors import ApiError
+
+    settings = settings_mod.from_args(args)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    server = Server(settings, preload=False, flags=params.launch_values(args))
+    try:
+        proposal = asyncio.run(server.state.planner.measure())
+    except ApiError as exc:
+        sys.stderr.write(f"miserver plan: {exc.message}\n")
+        return 1
+    finally:
+        server.shutdown()
+    if args.json:
+        sys.stdout.write(json.dumps(proposal, indent=2) + "\n")
+        return 0
+    if "error" in proposal:
+        sys.stderr.write(f"miserver plan: {proposal['error']}\n")
+        return 1
+    lines = [proposal["summary"]["sentence"], f"This machine: {proposal['machine']}.", ""]
+    lines += [
+        f"- {d['label']}: {d['value_text']}. {d['brief']}"
+        for d in proposal["decisions"]
+        if d["group"] != "notes"
+    ]
+    lines += ["", "To serve with it: miserver serve " + " ".join(proposal["args"]), ""]
+    sys.stdout.write("\n".join(lines) + "\n" + proposal["explain"])
+    return 0
+
+
 def steering_hash(args: argparse.Namespace) -> int:
     from .steering import canonical_form, steering_set_hash
 
@@ -148,7 +192,7 @@ def schemas(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    commands = {"serve": serve, "schemas": schemas, "steering-hash": steering_hash}
+    commands = {"serve": serve, "plan": plan, "schemas": schemas, "steering-hash": steering_hash}
     sys.exit(commands[args.command](args))
 
 

@@ -95,6 +95,14 @@ class Settings:
         "The one Hugging Face site (or mirror) every download and /api/hf request goes to; "
         "catalog files resolve against it.",
     )
+    auto_plan: bool = _knob(
+        False,
+        "MISERVER_AUTO_PLAN",
+        "--auto-plan",
+        "Plan before every load (GET /api/plan's probes, its plan applied), the start's own "
+        "load included, until PUT /api/config sets auto_plan otherwise (the person's choice "
+        "is saved and wins).",
+    )
     no_isolated_probes: bool = _knob(
         False,
         "MISERVER_NO_ISOLATED_PROBES",

@@ -38,7 +38,9 @@ async def hf_inspect() -> JSONResponse:
     server = state()
     resident = server.manager.resident
     machine = Machine(
-        server.downloads.models_dir, "" if resident is None else resident.entry.model_id
+        server.downloads.models_dir,
+        "" if resident is None else resident.entry.model_id,
+        server.planner.loaded_held(),
     )
     return JSONResponse(await _admin().inspect(req.repo, req.name, req.token, machine))
 

@@ -46,6 +46,8 @@ async def load() -> JSONResponse:
     else:  # the model parameter is set first, then loaded (docs/DECISIONS.md, config layers)
         entry = server.session.target(req.model, peer_local=local, engine=engine)
         server.config.update(values={"model": req.model}, peer_local=local)
+    if server.config.auto_plan:  # measured and applied before the 202 (LOC-LOAD-09/10)
+        await server.planner.plan_for_load(entry)
     server.session.load(entry)
     return JSONResponse({"model": entry.model_id}, status_code=202)
 

@@ -6,13 +6,16 @@ flag, e.g. `--temp`) < the last applied plan (`POST /api/plan/apply`) < the
 values the user set. Only the user's values and the plan are saved, so a key
 in neither follows the current default after an upgrade (LOC-CONC-12).
 `settings.json` in the data directory is `{"values": {user-set keys},
-"user_keys": [...], "plan": {model, values, decisions} | null, "auto_plan":
-false}`, replaced atomically (temp file, fsync, rename) so a crash never
-leaves half a file; a missing or unreadable one starts from the defaults.
+"user_keys": [...], "plan": {model, values, decisions} | null}`, with
+`"auto_plan"` once the person set it, replaced atomically (temp file, fsync,
+rename) so a crash never leaves half a file; a missing or unreadable one
+starts from the defaults.
 
 A plan is made from the config without its own layer (`base_values`,
 LOC-APPLY-05) and replaces the previous plan whole (LOC-APPLY-06); it never
-touches a user key (LOC-APPLY-02, -07). `auto_plan` is not offered yet.
+touches a user key (LOC-APPLY-02, -07). `auto_plan` starts as the launch's
+(`--auto-plan`, off by default: docs/DECISIONS.md, contract 0.15.0) and, once
+the person sets it, is theirs: saved, and restored after a restart.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
 RANDOM_SEED = 4294967295  # the `seed` parameter's "random per run"
-NO_PLANNER = "automatic planning is not offered yet: plan with GET /api/plan, then apply it"
 
 
 class Publisher(Protocol):
@@ -123,6 +125,8 @@ class ConfigService:
         self.operator_keys: tuple[str, ...] = ()  # set at launch, shown, never persisted
         self._user: dict[str, Any] = {}
         self._plan: dict[str, Any] | None = None
+        self.auto_plan_default = False  # the launch's (`--auto-plan`)
+        self._auto_plan: bool | None = None  # the person's choice, once made
         self._restore()
         self._loaded_token: int | None = None
         self._loaded_values: dict[str, Any] | None = None  # session values at the last load
@@ -145,6 +149,7 @@ class ConfigService:
         path = settings.data_dir / SETTINGS_FILE
         service = cls(defaults, path, bus, manager, locator=locator)
         service.operator_keys = operator_keys(settings, launch_id, flags)
+        service.auto_plan_default = settings.auto_plan
         return service
 
     # -- reading -------------------------------------------------------------------
@@ -165,6 +170,11 @@ class ConfigService:
     @property
     def user_keys(self) -> frozenset[str]:
         return frozenset(self._user)
+
+    @property
+    def auto_plan(self) -> bool:
+        """Whether every load plans first (LOC-CONFIG-09, LOC-LOAD-09)."""
+        return self.auto_plan_default if self._auto_plan is None else self._auto_plan
 
     @property
     def plan(self) -> dict[str, Any] | None:
@@ -219,7 +229,7 @@ class ConfigService:
             "error": error,
             "reload_required": self._reload_required(values),
             "plan": self._plan,
-            "auto_plan": False,
+            "auto_plan": self.auto_plan,
         }
 
     # -- changing ------------------------------------------------------------------
@@ -252,12 +262,12 @@ class ConfigService:
                 rejected[key] = str(exc)
                 continue
             user.pop(key, None)
-        if auto_plan:
-            rejected["auto_plan"] = NO_PLANNER
-        changed = user != self._user or auto_plan is False
+        choice = self._auto_plan if auto_plan is None else auto_plan
+        changed = user != self._user or auto_plan is not None
         if changed:
-            self._save(user, self._plan)  # raises before anything changes when the disk refuses
+            self._save(user, self._plan, choice)  # raises before anything changes on a refusal
             self._user = user
+            self._auto_plan = choice
         view = self.view()
         if changed:
             self._bus.publish("config", view)
@@ -273,7 +283,7 @@ class ConfigService:
             if key in rows and not rows[key].writes_files
         }
         plan = {"model": model, "values": parsed, "decisions": decisions}
-        self._save(self._user, plan)  # raises before anything changes when the disk refuses
+        self._save(self._user, plan, self._auto_plan)  # raises before anything changes
         self._plan = plan
         view = self.view()
         self._bus.publish("config", view)
@@ -342,14 +352,13 @@ class ConfigService:
 
     # -- persistence (LOC-CONFIG-19) -------------------------------------------------
 
-    def _save(self, user: Mapping[str, Any], plan: dict[str, Any] | None) -> None:
+    def _save(
+        self, user: Mapping[str, Any], plan: dict[str, Any] | None, auto_plan: bool | None
+    ) -> None:
         ordered = {p.key: user[p.key] for p in table() if p.key in user}
-        document = {
-            "values": ordered,
-            "user_keys": list(ordered),
-            "plan": plan,
-            "auto_plan": False,
-        }
+        document: dict[str, Any] = {"values": ordered, "user_keys": list(ordered), "plan": plan}
+        if auto_plan is not None:  # only the person's choice is kept
+            document["auto_plan"] = auto_plan
         write_atomic(self._path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
 
     def _restore(self) -> None:
@@ -365,6 +374,8 @@ class ConfigService:
             log.warning("%s has no `values` object, starting from the defaults", self._path)
             return
         self._user = self._parsed(stored)
+        choice = document.get("auto_plan")
+        self._auto_plan = choice if isinstance(choice, bool) else None
         plan = document.get("plan")
         if isinstance(plan, dict) and isinstance(plan.get("values"), dict):
             self._plan = {

@@ -69,6 +69,7 @@ class Session:
         self._launch_id = launch_id
         self._tasks: set[asyncio.Task[None]] = set()
         self._loading = False  # from a load's 202 to its end (ready or error)
+        self.planning = False  # an auto load measures the machine (LOC-INFO-08)
         self.generating = 0  # generations running now (the service counts them)
         manager.on_change = self.announce
 
@@ -91,7 +92,9 @@ class Session:
 
     def info(self) -> dict[str, Any]:
         """`GET /api/info` (LOC-INFO-01)."""
-        state, error = self._manager.session_state()
+        found, error = self._manager.session_state()
+        state = "planning" if self.planning else found
+        error = "" if self.planning else error
         memory = psutil.virtual_memory()
         return {
             "version": version(),
@@ -143,8 +146,9 @@ class Session:
         return entry
 
     def refuse_if_loading(self) -> None:
-        """409 busy while a load runs, this session's or a request's (docs/DECISIONS.md)."""
-        if self._loading or self._manager.switching:
+        """409 busy while a load (or an auto load's planning) runs, this session's or a
+        request's (docs/DECISIONS.md)."""
+        if self._loading or self.planning or self._manager.switching:
             raise ApiError(
                 "busy",
                 "A model load is already under way; wait for its `state` event "

@@ -23,6 +23,7 @@ from ..errors import ApiError
 from ..local.config import ConfigService
 from ..local.session import Session
 from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
 from ..serving.events import EventBus
 from . import devices as devices_mod
 from . import machine as machine_mod
@@ -67,6 +68,7 @@ class Planner:
         self._lock = threading.Lock()
         self.measuring = False
         self.last: dict[str, Any] | None = None  # the last plan made
+        self._load_plan: dict[str, Any] | None = None  # the last auto load's
         self._turn: dict[str, Any] | None = None  # the resident model's last whole turn
         self._turn_engine: int | None = None
         bus.tap("done", self._done)
@@ -84,17 +86,61 @@ class Planner:
             if self.last is None:
                 return {"available": True, "none": True}
             return self._with_turn(self.last) | {"cached": True}
+        load_plan = self._resident_load_plan()
+        if load_plan is not None and not measure:  # LOC-PLAN-46: no measurement
+            return self._with_turn(load_plan) | {"from_last_load": True}
         return await self.measure()
 
-    async def measure(self) -> dict[str, Any]:
-        """Measure the machine and plan the configured model (409 while busy)."""
+    # -- auto loads (LOC-LOAD-09..11) ------------------------------------------------
+
+    async def plan_for_load(self, target: ModelEntry) -> None:
+        """Before an auto load: unload the session, measure with nothing loaded (`state:
+        planning`), apply the plan. The load starts after; its plan is the one GET
+        /api/plan answers while that model is loaded (`from_last_load`)."""
+        self._session.planning = True  # from here a second load is 409 busy
+        self._session.announce()
+        try:
+            await self._session.unload()
+            proposal = await self._run(target)
+        finally:
+            self._session.planning = False
+            self._session.announce()
+        if "values" in proposal:
+            self.apply()
+            self._load_plan = proposal
+        else:
+            log.warning("auto plan for %s: %s", target.model_id, proposal.get("error"))
+
+    def loaded_held(self) -> int:
+        """What the resident model's load plan charged in its ledger; 0 for a model loaded
+        without a plan (LOC-HFI-22)."""
+        plan = self._resident_load_plan()
+        return 0 if plan is None else int(plan["memory"]["pools"][0]["held_bytes"])
+
+    def _resident_load_plan(self) -> dict[str, Any] | None:
+        resident, plan = self._manager.resident, self._load_plan
+        if resident is None or plan is None or resident.entry.model_id != plan["model"]:
+            return None
+        return plan
+
+    async def measure(self, target: ModelEntry | None = None) -> dict[str, Any]:
+        """Measure the machine and plan `target` (the configured model when None); 409
+        while a generation, a load or another measurement runs."""
         if self._session.generating:
             raise ApiError(
                 "busy",
                 "A generation is running: it would skew the measurement. Plan once it ends.",
             )
         self._session.refuse_if_loading()
-        subject, path = self._subject()
+        return await self._run(target)
+
+    async def _run(self, target: ModelEntry | None) -> dict[str, Any]:
+        """One measurement of `target` (the configured model when None), one at a time."""
+        if target is not None:
+            subject: Subject | None = Subject(model_id=target.model_id, engine=target.engine)
+            path = str(target.path)
+        else:
+            subject, path = self._subject()
         if subject is None:
             return {"available": True, "error": path}
         with self._lock:
@@ -154,7 +200,7 @@ class Planner:
                 shape=shape,
                 machine=measured,
                 base=self._config.base_values,
-                user_keys=self._config.user_keys,
+                user_keys=self._config.user_keys | frozenset(self._config.operator_keys),
                 gpu=bool(found.usable),
             )
             return propose(subject, facts, found, loaded=loaded)

@@ -117,7 +117,8 @@ def test_internal_fields_are_not_served(client: TestClient) -> None:
 
 def test_the_config_has_its_shape(client: TestClient, settings: Settings) -> None:
     """LOC-CONFIG-01..09: every key in its type, no user keys yet, the launch line,
-    valid, no reload with no model loaded (open point 30), no plan, auto_plan false."""
+    valid, no reload with no model loaded (open point 30), no plan, auto_plan false (no
+    `--auto-plan`)."""
     config = client.get("/api/config").json()
     assert set(config) == {
         "values",
@@ -208,13 +209,23 @@ def test_an_invalid_config_is_stored(client: TestClient, settings: Settings) -> 
     assert stored(settings)["values"] == {"n-gpu-layers": 8}
 
 
-def test_auto_plan_without_a_planner(client: TestClient, settings: Settings) -> None:
-    """LOC-CONFIG-09, -18, -19: false is accepted and saved; true is rejected."""
-    change = put(client, {"auto_plan": False})
-    assert change["rejected"] == {} and change["auto_plan"] is False
+def test_auto_plan_is_the_person_s_choice_once_made(settings: Settings) -> None:
+    """LOC-CONFIG-09, LOC-CONFIG-18, LOC-CONFIG-19: `auto_plan` starts as the launch's (off
+    without `--auto-plan`, on with it); set over PUT it is saved, survives a restart and wins
+    over the launch's."""
+    with LocalClient(Server(settings, preload=False)) as client:
+        assert client.get("/api/config").json()["auto_plan"] is False
+    launched = replace(settings, auto_plan=True)
+    with LocalClient(Server(launched, preload=False)) as client:
+        assert client.get("/api/config").json()["auto_plan"] is True
+        change = put(client, {"auto_plan": False})
+        assert change["rejected"] == {} and change["auto_plan"] is False
     assert stored(settings)["auto_plan"] is False
-    change = put(client, {"auto_plan": True})
-    assert "auto_plan" in change["rejected"] and change["auto_plan"] is False
+    with LocalClient(Server(launched, preload=False)) as client:
+        assert client.get("/api/config").json()["auto_plan"] is False  # the choice survives
+        assert put(client, {"auto_plan": True})["auto_plan"] is True
+    with LocalClient(Server(settings, preload=False)) as client:
+        assert client.get("/api/config").json()["auto_plan"] is True
 
 
 def test_a_body_that_is_not_an_object_is_refused(client: TestClient) -> None:

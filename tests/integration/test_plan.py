@@ -16,6 +16,7 @@ import pytest
 from miserver.app import Server
 from miserver.settings import Settings
 from tests.conftest import JSON, cache_dir, uvicorn_serving
+from tests.fakehub import Hub, serve_hub
 from tests.integration.test_downloads import Events
 
 WAIT_S = 120.0
@@ -42,9 +43,12 @@ class Running:
         return str(info["model"]["id"])
 
 
-def serving(tmp_path: Path) -> Iterator[Running]:
+def serving(tmp_path: Path, **changes: Any) -> Iterator[Running]:
     settings = Settings(
-        data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=tmp_path / "models"
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        models_dir=tmp_path / "models",
+        **changes,
     )
     with uvicorn_serving(Server(settings, preload=False), graceful_s=1.0) as port:
         running = Running(port, tmp_path / "data")
@@ -214,3 +218,95 @@ def test_measurements_loads_and_unloads_never_overlap(server: Running) -> None:
         assert (answer.status_code, answer.json()["error"]["code"]) == (409, "busy"), answer.text
     assert answers[0].status_code == 200
     assert server.api.post("/session/unload", headers=JSON).status_code == 200
+
+
+def test_an_auto_load_plans_first_and_keeps_that_plan(tmp_path: Path, gguf_path: Path) -> None:
+    """LOC-LOAD-09, LOC-LOAD-10, LOC-LOAD-11, LOC-INFO-08, LOC-PLAN-46, LOC-PLAN-54,
+    LOC-HFI-22, LOC-HFI-23: with `auto_plan` on, a load unloads, reports `planning` (no
+    model) while it measures, applies the plan and only then answers 202; GET /api/plan
+    then answers that plan at once (`from_last_load`, no measurement, no warning), and
+    inspect charges the loaded model what its plan's ledger holds."""
+    hub = Hub()
+    hub.add("fake-org/tiny-GGUF", "tiny-Q4_1.gguf", gguf_path.read_bytes())
+    with serve_hub(hub) as site:
+        for server in serving(tmp_path, hf_endpoint=site):
+            _auto_load(server)
+
+
+def _auto_load(server: Running) -> None:
+    loaded = server.load()  # a session the auto load replaces
+    assert server.api.put("/config", json={"auto_plan": True}, headers=JSON).status_code == 200
+    with Events(server.base) as events:
+        started = time.monotonic()
+        answer = server.api.post("/session/load", json={}, headers=JSON)
+        took = time.monotonic() - started
+        assert answer.status_code == 202
+        events.wait_for(lambda seen: any(d.get("step") == "done" for n, d in seen))
+    states = [d for n, d in events.seen if n == "state"]
+    planning = [d for d in states if d["state"] == "planning"]
+    assert planning and all(d["model"] is None for d in planning)
+    assert any(d.get("step") == "done" for n, d in events.seen if n == "plan_progress")
+    assert 0.5 < took < 30  # the probes ran inside the request
+    deadline = time.monotonic() + WAIT_S
+    while (info := server.api.get("/info").json())["state"] != "ready":
+        assert time.monotonic() < deadline and info["state"] != "error", info
+        time.sleep(0.1)
+    config = server.api.get("/config").json()
+    assert (
+        config["plan"] is not None
+        and config["values"]["parallel"] == (config["plan"]["values"]["parallel"])
+    )
+    with Events(server.base) as events:
+        kept = server.plan()
+        time.sleep(0.3)
+    assert kept["from_last_load"] is True and kept["model"] == loaded
+    assert "warning" not in kept
+    assert not [n for n, _ in events.seen if n == "plan_progress"]
+    held = kept["memory"]["pools"][0]["held_bytes"]
+    ask = {"repo": "fake-org/tiny-GGUF", "name": "tiny-Q4_1.gguf"}
+    found = server.api.post("/hf/inspect", json=ask, headers=JSON).json()
+    assert (found["machine"]["loaded_model"], found["machine"]["loaded_held"]) == (loaded, held)
+    assert (
+        held > 0
+        and f"counting the {held >> 20} MiB {loaded} holds now" in (found["verdict"]["memory"])
+    )
+
+
+def test_serve_with_auto_plan_plans_its_first_load(tmp_path: Path) -> None:
+    """LOC-LOAD-09 (`--auto-plan` on serve): the start's own load is planned, and its plan
+    is the one GET /api/plan answers."""
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        models_dir=tmp_path / "models",
+        auto_plan=True,
+    )
+    with uvicorn_serving(Server(settings), graceful_s=1.0) as port:
+        running = Running(port, tmp_path / "data")
+        assert running.api.get("/info").json()["state"] == "ready"
+        answer = running.plan()
+        assert answer["from_last_load"] is True and "values" in answer
+        assert running.api.get("/config").json()["plan"]["values"] == answer["values"]
+        running.api.close()
+
+
+def test_a_launch_flag_is_pinned_like_a_person_s_key(tmp_path: Path) -> None:
+    """LOC-PLAN-14, LOC-CONC-13 (docs/DECISIONS.md, contract 0.15.0): a key the operator gave
+    at launch (`--threads 1`) comes back `operator` and `kept`; the plan leaves it out."""
+    for running in serving(tmp_path, threads=1):
+        proposal = running.plan()
+        threads = next(d for d in proposal["decisions"] if d["knob"] == "threads")
+        assert (threads["source"], threads["group"], threads["value"]) == ("operator", "kept", 1)
+        assert "threads" not in proposal["values"]
+
+
+def test_the_start_s_own_load_reads_the_engine(tmp_path: Path) -> None:
+    """LOC-PARAMS-21 (adapted), LOC-CONFIG-04: `miserver serve --engine transformers` serves
+    the launch model on transformers from the start, as a load through /api would."""
+    settings = Settings(
+        data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=tmp_path / "models"
+    )
+    server = Server(settings, flags={"engine": "transformers"})
+    with uvicorn_serving(server, graceful_s=1.0) as port:
+        info = httpx.get(f"http://127.0.0.1:{port}/api/info", timeout=WAIT_S).json()
+    assert info["state"] == "ready" and info["model"]["engine"] == "transformers"
