@@ -59,7 +59,8 @@ def _empty() -> dict[str, Any]:
     }
 
 
-def _int(meta: dict[str, Any], key: str) -> int:
+def meta_int(meta: dict[str, Any], key: str) -> int:
+    """A header's integer at `key`; 0 when absent or not an integer (a bool is not one)."""
     value = meta.get(key)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -83,8 +84,8 @@ def header_facts(meta: dict[str, Any], tensors: Sequence[gguf.TensorInfo]) -> di
     kind = meta.get("general.type")
     experts = [t for t in tensors if "_exps" in t.name]
     dense = [t for t in tensors if "_exps" not in t.name]
-    n_expert = _int(meta, f"{arch}.expert_count")
-    n_used = _int(meta, f"{arch}.expert_used_count")
+    n_expert = meta_int(meta, f"{arch}.expert_count")
+    n_used = meta_int(meta, f"{arch}.expert_used_count")
     dense_bytes = sum(t.bytes for t in dense)
     expert_bytes = sum(t.bytes for t in experts)
     cycle = dense_bytes + (expert_bytes * n_used // n_expert if n_expert else expert_bytes)
@@ -94,18 +95,18 @@ def header_facts(meta: dict[str, Any], tensors: Sequence[gguf.TensorInfo]) -> di
         "arch": arch,
         "role": gguf_role(meta),
         "type": kind if isinstance(kind, str) else "",
-        "block_count": _int(meta, f"{arch}.block_count"),
+        "block_count": meta_int(meta, f"{arch}.block_count"),
         "is_moe": n_expert > 1,
         "n_expert": n_expert,
         "n_expert_used": n_used,
-        "n_layer": _int(meta, f"{arch}.block_count"),
+        "n_layer": meta_int(meta, f"{arch}.block_count"),
         "n_moe_layer": len(moe_layers),
-        "n_embd": _int(meta, f"{arch}.embedding_length"),
+        "n_embd": meta_int(meta, f"{arch}.embedding_length"),
         "dense_bytes": dense_bytes,
         "expert_bytes": expert_bytes,
         "token_cycle_bytes": cycle,
         "largest_dense_tensor": max((t.bytes for t in dense), default=0),
-        "has_mtp": _int(meta, f"{arch}.nextn_predict_layers") > 0,
+        "has_mtp": meta_int(meta, f"{arch}.nextn_predict_layers") > 0,
     }
 
 
@@ -130,22 +131,22 @@ class Machine:
     def view(self, present: int) -> dict[str, Any]:
         memory = psutil.virtual_memory()
         budget = max(0, int(memory.available) - MARGIN)
-        folder = self.models_dir if self.models_dir.is_dir() else _existing(self.models_dir)
         return {
             "residency_budget": budget,
             "budget_if_loaded": min(budget + self.loaded_held, int(memory.total)),
             "loaded_model": self.loaded_model,
             "loaded_held": self.loaded_held,
             "memory_total": int(memory.total),
-            "disk_free": shutil.disk_usage(folder).free,
+            "disk_free": disk_free(self.models_dir),
             "present_bytes": present,
         }
 
 
-def _existing(path: Path) -> Path:
-    while not path.is_dir() and path != path.parent:
-        path = path.parent
-    return path
+def disk_free(folder: Path) -> int:
+    """Free bytes where `folder` is, or will be: its nearest existing ancestor's disk."""
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
 
 
 def verdict(name: str, size: int, model: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:

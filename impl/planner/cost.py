@@ -60,7 +60,7 @@ def prefill_tokens_per_s(shape: Shape, machine: Machine, settings: Settings) -> 
     return machine.prompt_flops * _thread_share(machine, settings.threads) / (2 * active)
 
 
-def ledger(shape: Shape, settings: Settings, *, mlock: bool = False) -> list[Row]:
+def ledger(shape: Shape, settings: Settings) -> list[Row]:
     """What the load holds: weights, KV cache, compute buffers (LOC-PLAN-28/29)."""
     per_token = shape.kv_bytes_per_token(settings.dtype)
     if shape.engine == EngineId.LLAMACPP:  # rows share the window in a context of their own
@@ -73,7 +73,7 @@ def ledger(shape: Shape, settings: Settings, *, mlock: bool = False) -> list[Row
         label = f"KV cache ({settings.ctx_size} tokens × {contexts} rows)"
     kv = per_token * settings.ctx_size * contexts
     return [
-        Row("weights", "Model weights", shape.weight_bytes(settings.dtype), locked=mlock),
+        Row("weights", "Model weights", shape.weight_bytes(settings.dtype)),
         Row("kv-cache", label, kv),
         Row("compute", "Compute buffers", compute_bytes(shape, settings), in_turn=True),
     ]

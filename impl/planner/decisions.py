@@ -82,6 +82,7 @@ def _ctx_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
     ctx = trained
     while ctx > MIN_CTX and held(ctx) > room:
         ctx = max(MIN_CTX, (ctx - 1) // 256 * 256)
+    total = held(ctx)
     per_token = shape.kv_bytes_per_token(dtype)
     kv = per_token * ctx
     if ctx == trained:
@@ -98,7 +99,7 @@ def _ctx_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
             f"The model was trained on {trained} tokens; each token's keys and values take "
             f"{per_token} bytes over {shape.n_layer} layers. The window is the largest "
             f"multiple of 256 up to the trained length whose whole ledger (weights, caches, "
-            f"compute buffers: {held(ctx) // MIB} MiB) fits in the {room // MIB} MiB this "
+            f"compute buffers: {total // MIB} MiB) fits in the {room // MIB} MiB this "
             f"process may hold now: {ctx} tokens, {kv // MIB} MiB of cache a context."
         ),
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import psutil
 import torch
 
 from ..engines import cores
+from ..models import inspection
 
 READ_S = 1.0  # the model file's sequential read, at most
 READ_CHUNK = 8 << 20
@@ -63,9 +63,7 @@ class Host:
         return int(found.total), int(found.available)
 
     def disk_free(self, folder: Path) -> int:
-        while not folder.is_dir() and folder != folder.parent:
-            folder = folder.parent
-        return shutil.disk_usage(folder).free
+        return inspection.disk_free(folder)
 
     def lock_limit(self) -> tuple[int | None, bool]:
         try:

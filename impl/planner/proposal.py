@@ -88,11 +88,11 @@ def propose(
     decisions = []
     values: dict[str, Any] = {}
     for knob, found in decided.items():
-        group = _group(knob, found, subject.engine)
+        applies = subject.engine in APPLIES.get(knob, {subject.engine})
+        group = "set" if applies and found.source not in ("operator", "unprobed") else "kept"
         value = found.value if group == "set" else facts.base[knob]
         if group == "set":
             values[knob] = rows[knob].parse(value)
-        applies = subject.engine in APPLIES.get(knob, {subject.engine})
         decisions.append(
             _decision(knob, rows[knob].wire["label"], group, value, value_text(rows[knob], value))
             | _words(found if applies else _kept(knob))
@@ -155,14 +155,6 @@ def machine_sentence(m: Machine) -> str:
         f"{m.memory_total // MIB} MiB, {m.copy_rate / GIB:.1f} GiB/s of memory bandwidth, "
         f"{m.prompt_flops / 1e9:.0f} GFLOP/s on this model's matmul"
     )
-
-
-def _group(knob: str, found: Decided, engine: EngineId) -> str:
-    if found.source in ("operator", "unprobed"):
-        return "kept"
-    if engine not in APPLIES.get(knob, {engine}):
-        return "kept"
-    return "set"
 
 
 def _kept(knob: str) -> Decided:

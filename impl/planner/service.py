@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,6 @@ class Planner:
         self._isolated = isolated
         self._host = host or machine_mod.Host()
         self._device_probe = device_probe or (lambda isolated: devices_mod.probe(isolated=isolated))
-        self._lock = threading.Lock()
         self.measuring = False
         self.last: dict[str, Any] | None = None  # the last plan made
         self._load_plan: dict[str, Any] | None = None  # the last auto load's
@@ -143,10 +141,9 @@ class Planner:
             subject, path = self._subject()
         if subject is None:
             return {"available": True, "error": path}
-        with self._lock:
-            if self.measuring:
-                raise ApiError("busy", "A plan measurement is already under way.")
-            self.measuring = True
+        if self.measuring:  # checked and set with no await between: one loop, no race
+            raise ApiError("busy", "A plan measurement is already under way.")
+        self.measuring = True
         try:
             resident = self._manager.resident
             loaded = "" if resident is None else resident.entry.model_id

@@ -15,11 +15,10 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..engines import gguf
 from ..engines.base import EngineId
-from ..models.inspection import header_facts
+from ..models.inspection import header_facts, meta_int
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -93,7 +92,7 @@ def _gguf(path: Path, engine: EngineId) -> Shape:
         raise ShapeError(f"{path.name}: {exc}") from exc
     facts = header_facts(meta, tensors)
     arch = facts["arch"]
-    heads = _int(meta, f"{arch}.attention.head_count") or 1
+    heads = meta_int(meta, f"{arch}.attention.head_count") or 1
     width = facts["n_embd"]
     whole = facts["dense_bytes"] + facts["expert_bytes"]
     return Shape(
@@ -102,9 +101,9 @@ def _gguf(path: Path, engine: EngineId) -> Shape:
         n_layer=facts["n_layer"],
         n_embd=width,
         n_head=heads,
-        n_kv_head=_int(meta, f"{arch}.attention.head_count_kv") or heads,
-        head_dim=_int(meta, f"{arch}.attention.key_length") or width // heads,
-        n_ctx_train=_int(meta, f"{arch}.context_length"),
+        n_kv_head=meta_int(meta, f"{arch}.attention.head_count_kv") or heads,
+        head_dim=meta_int(meta, f"{arch}.attention.key_length") or width // heads,
+        n_ctx_train=meta_int(meta, f"{arch}.context_length"),
         vocab=next(
             (math.prod(t.shape) // max(width, 1) for t in tensors if t.name == "token_embd.weight"),
             0,
@@ -122,30 +121,25 @@ def _folder(path: Path, engine: EngineId) -> Shape:
     except (OSError, ValueError) as exc:
         raise ShapeError(f"{path.name}/config.json: {exc}") from exc
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    heads = _int(text, "num_attention_heads") or 1
-    width = _int(text, "hidden_size")
+    heads = meta_int(text, "num_attention_heads") or 1
+    width = meta_int(text, "hidden_size")
     stored = sum(p.stat().st_size for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
     dtype = str(text.get("torch_dtype") or text.get("dtype") or "float32")
     size = DTYPE_BYTES.get(dtype, 4)
-    experts = _int(text, "num_experts") or _int(text, "num_local_experts")
-    used = _int(text, "num_experts_per_tok")
+    experts = meta_int(text, "num_experts") or meta_int(text, "num_local_experts")
+    used = meta_int(text, "num_experts_per_tok")
     return Shape(
         engine=engine,
         arch=str(text.get("model_type", "")),
-        n_layer=_int(text, "num_hidden_layers"),
+        n_layer=meta_int(text, "num_hidden_layers"),
         n_embd=width,
         n_head=heads,
-        n_kv_head=_int(text, "num_key_value_heads") or heads,
-        head_dim=_int(text, "head_dim") or width // heads,
-        n_ctx_train=_int(text, "max_position_embeddings"),
-        vocab=_int(text, "vocab_size"),
+        n_kv_head=meta_int(text, "num_key_value_heads") or heads,
+        head_dim=meta_int(text, "head_dim") or width // heads,
+        n_ctx_train=meta_int(text, "max_position_embeddings"),
+        vocab=meta_int(text, "vocab_size"),
         params=stored // size,
         stored_bytes=stored,
         stored_dtype=dtype if dtype in DTYPE_BYTES else "float32",
         active_fraction=min(1.0, used / experts) if experts and used else 1.0,
     )
-
-
-def _int(meta: dict[str, Any], key: str) -> int:
-    value = meta.get(key)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
