@@ -4,6 +4,7 @@ line."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -41,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the compute devices beyond the host as JSON and exit (the planner runs "
         "this in a child process, so a driver that ends its process cannot end the server)",
+    )
+    serve.add_argument(
+        "--probe-kernels",
+        metavar="ASK",
+        help="time the engine's kernels as the JSON ASK says, print the timings as JSON and "
+        "exit (the planner runs this in a child process: planner/kernels.py)",
     )
     planning = commands.add_parser(
         "plan",
@@ -83,6 +90,12 @@ def serve(args: argparse.Namespace) -> int:
         from .planner import devices
 
         sys.stdout.write(json.dumps(devices.report()) + "\n")
+        return 0
+    if args.probe_kernels:
+        from .planner import kernels
+
+        timed = kernels.run(kernels.Ask.from_json(args.probe_kernels))
+        sys.stdout.write(json.dumps([dataclasses.asdict(k) for k in timed]) + "\n")
         return 0
     settings = settings_mod.from_args(args)
     logging.basicConfig(

@@ -107,9 +107,10 @@ class Settings:
         False,
         "MISERVER_NO_ISOLATED_PROBES",
         "--no-isolated-probes",
-        "Ask compute devices beyond the host in the server's own process. By default the "
-        "planner asks them in a child (miserver serve --probe-device), so a driver that ends "
-        "its process cannot end the server.",
+        "Ask compute devices beyond the host and time the engine's kernels in the server's own "
+        "process. By default the planner runs both in children (miserver serve --probe-device, "
+        "--probe-kernels), so a driver or kernel that ends its process cannot end the server "
+        "and the threads a probe starts do not stay in it.",
     )
     catalog_file: Path | None = _knob(
         None,

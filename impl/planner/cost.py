@@ -1,13 +1,16 @@
 """The cost model: what a model costs on this machine with given settings (REQ-003
 PLAN-27..29).
 
-Decoding one token reads every weight a token uses once and multiplies by
-each: it takes the longer of the bytes read at the measured memory rate and
-two FLOPs a parameter at the measured one-token matmul rate, plus a fixed
-step cost (sampling, detokenising, the engine's own bookkeeping). A prompt
-runs at the prompt-wide matmul rate. The memory ledger is what a load holds
-for its whole run: the weights, the KV cache for `ctx-size` tokens of every
-row (`parallel`), and the compute buffers.
+Decoding one token multiplies every weight a token uses once: the bytes it
+touches at the rate the engine's own kernel multiplied this model's matrices
+by one token (planner/kernels.py), plus each layer's cost beyond its
+products (the other operations' dispatch and barriers), plus a fixed step
+(the engine building and starting the pass, sampling, detokenising). A
+prompt runs at the kernel's prompt-wide rate. Thread counts between the
+timed ones are read on the line between them. Without timings there is no
+price. The memory ledger is what a load holds for its whole run: the
+weights, the KV cache for `ctx-size` tokens of every row (`parallel`), and
+the compute buffers.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engines.base import EngineId
+from .kernels import Kernels
 from .machine import Machine
 from .shape import Shape
 
-STEP_S = 0.0015  # a decode step's own cost beyond the matmuls (sampling, bookkeeping)
+STEP_S = 0.0015  # a step beyond its layers: the pass built and started, sampling, detokenising
 BUFFER_TOKENS = 512  # compute buffers are sized for this many prompt tokens at most
 MARGIN = 512 << 20  # memory kept free for the server, the OS and page cache
 
@@ -45,19 +49,45 @@ class Row:
     in_turn: bool = False
 
 
-def decode_s(shape: Shape, machine: Machine, settings: Settings) -> float:
-    """Predicted seconds per decoded token (one row)."""
-    scale = _thread_share(machine, settings.threads)
-    read = shape.token_bytes(settings.dtype) / (machine.copy_rate * scale)
-    active = shape.params * shape.active_fraction
-    compute = 2 * active / (machine.token_flops * scale)
-    return max(read, compute) + STEP_S
+def decode_s(shape: Shape, machine: Machine, settings: Settings) -> float | None:
+    """Predicted seconds per decoded token (one row); None without kernel timings."""
+    timed = kernels_at(machine, settings.threads)
+    if timed is None:
+        return None
+    products = shape.token_bytes(settings.dtype) / timed.token_rate
+    return products + shape.n_layer * timed.layer_s + STEP_S
 
 
-def prefill_tokens_per_s(shape: Shape, machine: Machine, settings: Settings) -> float:
-    """Predicted prompt tokens a second."""
-    active = shape.params * shape.active_fraction
-    return machine.prompt_flops * _thread_share(machine, settings.threads) / (2 * active)
+def prefill_tokens_per_s(shape: Shape, machine: Machine, settings: Settings) -> float | None:
+    """Predicted prompt tokens a second; None without kernel timings."""
+    timed = kernels_at(machine, settings.threads)
+    if timed is None:
+        return None
+    return timed.prompt_flops / (2 * shape.params * shape.active_fraction)
+
+
+def kernels_at(machine: Machine, threads: int) -> Kernels | None:
+    """The kernels at `threads`: as timed, on the line between the two timed counts around
+    it, or the nearest timed count outside them."""
+    timed = machine.kernels
+    if not timed:
+        return None
+    below = [k for k in timed if k.threads <= threads] or [timed[0]]
+    above = [k for k in timed if k.threads >= threads] or [timed[-1]]
+    low, high = below[-1], above[0]
+    if low.threads == high.threads:
+        return low
+    share = (threads - low.threads) / (high.threads - low.threads)
+
+    def between(a: float, b: float) -> float:
+        return a + (b - a) * share
+
+    return Kernels(
+        threads=threads,
+        token_rate=between(low.token_rate, high.token_rate),
+        layer_s=between(low.layer_s, high.layer_s),
+        prompt_flops=between(low.prompt_flops, high.prompt_flops),
+    )
 
 
 def ledger(shape: Shape, settings: Settings) -> list[Row]:
@@ -93,9 +123,3 @@ def compute_bytes(shape: Shape, settings: Settings) -> int:
 def budget(machine: Machine) -> int:
     """What the process may hold: the memory available now, less the margin."""
     return max(0, machine.memory_available - MARGIN)
-
-
-def _thread_share(machine: Machine, threads: int) -> float:
-    """The rates were measured on every physical core; fewer threads get their share."""
-    cores = max(1, machine.physical_cores)
-    return min(max(threads, 1), cores) / cores

@@ -10,6 +10,7 @@ value untouched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ ROW_WINDOW = 2048  # tokens: the least window a parallel row gets
 MAX_ROWS = 4
 BATCH = 512  # prompt tokens a pass: llama.cpp's own micro-batch
 MIN_CTX = 512
+THREADS_TIE = 0.03  # a slower decode than the fastest by at most this still counts as tied
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,18 +49,57 @@ Rule = Callable[[Facts, Mapping[str, Any]], Decided]
 
 
 def _threads(facts: Facts, _: Mapping[str, Any]) -> Decided:
-    m = facts.machine
+    m, shape = facts.machine, facts.shape
     n = m.physical_cores
+    if not m.kernels:
+        return Decided(
+            value=n,
+            source="derived",
+            brief=f"{n} physical cores this server may use: one thread on each.",
+            reason=(
+                f"The engine's kernels were not timed ({m.kernels_why}), so the thread count "
+                f"is llama.cpp's own default: one thread on each of the {n} physical cores "
+                "this process may use (CPU affinity and any cgroup CPU quota respected)."
+            ),
+        )
+    dtype = _dtype_of(facts)
+    prices = {}
+    for timed in m.kernels:
+        prices[timed.threads] = cost.decode_s(shape, m, _at(timed.threads, dtype)) or math.inf
+    fastest = min(prices.values())
+    chosen = max(t for t, price in prices.items() if price <= fastest * (1 + THREADS_TIE))
+    others = [t for t in prices if t != chosen]
+    if others:
+        other = max(others, key=lambda t: (prices[t], t))
+        brief = (
+            f"{chosen} thread(s): {prices[chosen] * 1000:.1f} ms a token, against "
+            f"{prices[other] * 1000:.1f} ms on {other}."
+        )
+    else:
+        brief = f"{chosen} thread: {prices[chosen] * 1000:.1f} ms a token on the one core."
+    priced = "; ".join(
+        f"{t} thread(s): {price * 1000:.2f} ms a token, prompts at "
+        f"{(cost.prefill_tokens_per_s(shape, m, _at(t, dtype)) or 0):.0f} tokens/s"
+        for t, price in sorted(prices.items())
+    )
     return Decided(
-        value=n,
+        value=chosen,
         source="measured",
-        brief=f"{n} physical cores this server may use: one thread on each.",
+        brief=brief,
         reason=(
             f"This process may run on {m.logical_cpus} CPUs, {n} of them physical cores "
-            "(CPU affinity and any cgroup CPU quota respected). Hyperthreads of one core share "
-            "its vector units, and a forward pass waits for its slowest thread at every "
-            f"layer, so {n} threads, one per physical core, as llama.cpp's own default."
+            "(CPU affinity and any cgroup CPU quota respected). The engine's own kernels "
+            "were timed on this model's matrices at each candidate count and the decode "
+            f"priced from them: {priced}. The fastest decode is chosen; a count within "
+            f"{THREADS_TIE:.0%} of it with more threads wins, since prompts run faster on "
+            "more threads."
         ),
+    )
+
+
+def _at(threads: int, dtype: str) -> cost.Settings:
+    return cost.Settings(
+        threads=threads, ctx_size=MIN_CTX, batch_size=BATCH, parallel=1, dtype=dtype
     )
 
 

@@ -12,9 +12,7 @@ process. An answer with no device reads `machine`.
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from . import child
 
 log = logging.getLogger(__name__)
 
@@ -111,23 +111,8 @@ def probe(
         return Devices((), "build")
     if not isolated:
         return _devices(report())
-    try:
-        done = subprocess.run(
-            list(command),
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return _lost(f"the device probe did not answer within {timeout_s:.0f} s")
-    if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return _lost(f"the device probe ended with status {done.returncode}: {said[-1:]}")
-    try:
-        answer = json.loads(done.stdout)
-    except ValueError:
-        return _lost("the device probe's answer is not JSON")
-    return _devices(answer)
+    found, why = child.answer(command, timeout_s, "the device probe")
+    return _lost(why) if why else _devices(found)
 
 
 def _devices(answer: list[dict[str, Any]]) -> Devices:

@@ -3,9 +3,10 @@
 The probes are quick and harmless: the cores this process may use
 (engines/cores.py), memory (psutil), the models folder's free disk, the lock
 ceiling (RLIMIT_MEMLOCK), a sequential read of the model file (at most
-READ_S seconds), a memory-copy run, and float32 matmuls at the model's width:
-prompt-wide (PROMPT_ROWS rows) and one token's. None allocates until failure
-and none loads the model; together they take about two seconds.
+READ_S seconds), and the engine's own kernels on the model's shapes at each
+candidate thread count (planner/kernels.py), timed in a child process
+(`miserver serve --probe-kernels`). None allocates until failure and none
+loads the model.
 
 `Host` is the real machine; tests give `measure` a host of their own (8
 cores, 2 GB free). Devices beyond the host are asked by planner/devices.py.
@@ -13,24 +14,29 @@ cores, 2 GB free). Devices beyond the host are asked by planner/devices.py.
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
-import torch
 
 from ..engines import cores
 from ..models import inspection
+from . import child
+from .kernels import Ask, Kernels, run
 
-READ_S = 1.0  # the model file's sequential read, at most
+log = logging.getLogger(__name__)
+
+READ_S = 0.5  # the model file's sequential read, at most
 READ_CHUNK = 8 << 20
-COPY_BYTES = 64 << 20  # the memory-copy run's buffer (each way)
-RUN_S = 0.25  # each timed kernel repeats for about this long
-PROMPT_ROWS = 256  # a prompt-wide matmul's rows (tokens)
+KERNELS_TIMEOUT_S = 60.0
+CHILD = (sys.executable, "-m", "miserver.cli", "serve", "--probe-kernels")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,14 +51,23 @@ class Machine:
     lock_limit: int | None  # RLIMIT_MEMLOCK; None when unlimited
     lock_known: bool  # whether the limit could be read
     read_rate: float  # the model file's sequential read; 0 when not read
-    copy_rate: float  # memory bandwidth (bytes read + written)
-    prompt_flops: float  # float32 matmul, PROMPT_ROWS rows at the model's width
-    token_flops: float  # float32 matrix-vector product at the model's width
+    kernels: tuple[Kernels, ...]  # by thread count, ascending; () when not timed
+    kernels_why: str  # why there are none; "" when timed
     seconds: float  # what the probes took
+
+
+def candidates(physical: int) -> tuple[int, ...]:
+    """The thread counts the kernels are timed on: one, every physical core, and half
+    of them on a machine of four or more."""
+    return tuple(sorted({1, max(1, physical), max(1, physical // 2) if physical >= 4 else 1}))
 
 
 class Host:
     """The probes of the real machine."""
+
+    def __init__(self, *, isolated: bool = True, command: Sequence[str] = CHILD) -> None:
+        self._isolated = isolated
+        self._command = command
 
     def cores(self) -> tuple[int, int]:
         """(physical cores this process may use, logical CPUs it may use)."""
@@ -89,23 +104,23 @@ class Host:
         seconds = time.perf_counter() - started
         return done / seconds if seconds > 0 else 0.0
 
-    def copy_rate(self, threads: int) -> float:
-        with _threads(threads):
-            source = torch.ones(COPY_BYTES // 4, dtype=torch.float32)
-            target = torch.empty_like(source)
-            seconds = _best(lambda: target.copy_(source))
-        return 2 * COPY_BYTES / seconds
-
-    def matmul(self, width: int, threads: int) -> tuple[float, float]:
-        """FLOP/s of a prompt-wide matmul and of one token's, float32, at `width`."""
-        width = max(64, min(width, 8192))
-        with _threads(threads), torch.inference_mode():
-            weight = torch.randn(width, width, dtype=torch.float32)
-            prompt = torch.randn(PROMPT_ROWS, width, dtype=torch.float32)
-            token = torch.randn(1, width, dtype=torch.float32)
-            prompt_s = _best(lambda: prompt @ weight)
-            token_s = _best(lambda: token @ weight)
-        return 2 * PROMPT_ROWS * width * width / prompt_s, 2 * width * width / token_s
+    def kernels(self, ask: Ask) -> tuple[tuple[Kernels, ...], str]:
+        """The engine's kernels timed as `ask` says, in a child unless not isolated; no
+        timings and why when the child fails."""
+        if not self._isolated:
+            try:
+                return tuple(run(ask)), ""
+            except (RuntimeError, OSError, MemoryError, ValueError) as exc:
+                return _lost(f"the kernel probe failed: {exc}")
+        found, why = child.answer(
+            [*self._command, ask.to_json()], KERNELS_TIMEOUT_S, "the kernel probe"
+        )
+        if why:
+            return _lost(why)
+        try:
+            return tuple(_timings(k) for k in found), ""
+        except (TypeError, KeyError, ValueError) as exc:  # not a list of timings
+            return _lost(f"the kernel probe's answer could not be read: {exc!r}")
 
 
 def measure(
@@ -113,20 +128,20 @@ def measure(
     *,
     model_path: Path | None,
     models_dir: Path,
-    width: int,
+    ask: Callable[[tuple[int, ...]], Ask],
     step: Callable[[str], None] = lambda _: None,
 ) -> Machine:
-    """Every probe once, in order; `step` is told each stage as it begins (the
-    `plan_progress` steps `compute`, `storage`, `memory`)."""
+    """Every probe once, in order; `ask` makes the kernel probe's question for the thread
+    counts to time; `step` is told each stage as it begins (the `plan_progress` steps
+    `compute`, `storage`, `memory`)."""
     started = time.perf_counter()
     physical, logical = host.cores()
     step("compute")
-    prompt_flops, token_flops = host.matmul(width, physical)
+    kernels, why = host.kernels(ask(candidates(physical)))
     step("storage")
     read = host.read_rate(model_path)
     disk = host.disk_free(models_dir)
     step("memory")
-    copy = host.copy_rate(physical)
     total, available = host.memory()
     lock, lock_known = host.lock_limit()
     return Machine(
@@ -138,11 +153,24 @@ def measure(
         lock_limit=lock,
         lock_known=lock_known,
         read_rate=read,
-        copy_rate=copy,
-        prompt_flops=prompt_flops,
-        token_flops=token_flops,
+        kernels=tuple(sorted(kernels, key=lambda k: k.threads)),
+        kernels_why=why,
         seconds=time.perf_counter() - started,
     )
+
+
+def _timings(found: dict[str, Any]) -> Kernels:
+    return Kernels(
+        threads=int(found["threads"]),
+        token_rate=float(found["token_rate"]),
+        layer_s=float(found["layer_s"]),
+        prompt_flops=float(found["prompt_flops"]),
+    )
+
+
+def _lost(why: str) -> tuple[tuple[Kernels, ...], str]:
+    log.warning("kernel probe: %s", why)
+    return (), why
 
 
 def _largest(path: Path) -> Path | None:
@@ -152,34 +180,6 @@ def _largest(path: Path) -> Path | None:
         files = [p for p in path.iterdir() if p.is_file()]
         return max(files, key=lambda p: p.stat().st_size, default=None)
     return None
-
-
-def _best(kernel: Callable[[], object]) -> float:
-    """The fastest of the runs of `kernel` made in about RUN_S (one warm-up first)."""
-    kernel()
-    best = float("inf")
-    started = time.perf_counter()
-    while True:
-        began = time.perf_counter()
-        kernel()
-        best = min(best, time.perf_counter() - began)
-        if time.perf_counter() - started >= RUN_S:
-            return max(best, 1e-9)
-
-
-class _threads:
-    """torch's intra-op threads set for a probe, and put back after."""
-
-    def __init__(self, count: int) -> None:
-        self._count = max(1, count)
-        self._before = 0
-
-    def __enter__(self) -> None:
-        self._before = torch.get_num_threads()
-        torch.set_num_threads(self._count)
-
-    def __exit__(self, *_: object) -> None:
-        torch.set_num_threads(self._before)
 
 
 def cpu_name() -> str:

@@ -104,6 +104,7 @@ def propose(
     budget = cost.budget(facts.machine)
     regime = _regime(held, budget, subject.engine, bool(values.get("n-gpu-layers")))
     per_token = cost.decode_s(facts.shape, facts.machine, settings)
+    prefill = cost.prefill_tokens_per_s(facts.shape, facts.machine, settings)
     decisions += _notes(facts, regime, held, budget, ledger)
     machine_text = machine_sentence(facts.machine)
     proposal: dict[str, Any] = {
@@ -122,13 +123,8 @@ def propose(
             "sentence": _summary(subject, settings, regime, per_token),
             "lanes": _lanes(devices, bool(values.get("n-gpu-layers"))),
         },
-        "predicted": {
-            "s_per_token": round(per_token, 6),
-            "prefill_tokens_per_s": round(
-                cost.prefill_tokens_per_s(facts.shape, facts.machine, settings), 1
-            ),
-        },
-        "memory": {"pools": [_host_pool(facts.machine, ledger, bool(full.get("mlock")))]},
+        "predicted": _predicted(per_token, prefill),
+        "memory": {"pools": _pools(facts.machine, ledger, full, devices)},
         "devices": [_host_device(facts.machine), *_others(devices)],
         "devices_none": devices.none,
         "devices_none_text": NONE_TEXT[devices.none],
@@ -152,9 +148,17 @@ def machine_sentence(m: Machine) -> str:
     """The machine in one sentence (LOC-PLAN-10)."""
     return (
         f"{m.physical_cores} cores, {m.memory_available // MIB} MiB available of "
-        f"{m.memory_total // MIB} MiB, {m.copy_rate / GIB:.1f} GiB/s of memory bandwidth, "
-        f"{m.prompt_flops / 1e9:.0f} GFLOP/s on this model's matmul"
+        f"{m.memory_total // MIB} MiB, {_rates(m)}"
     )
+
+
+def _rates(m: Machine) -> str:
+    """The kernels' best rates: a token's products and a prompt's."""
+    if not m.kernels:
+        return "the engine's kernels not timed"
+    token = max(k.token_rate for k in m.kernels)
+    prompt = max(k.prompt_flops for k in m.kernels)
+    return f"{token / GIB:.1f} GiB/s on this model's matmul, {prompt / 1e9:.0f} GFLOP/s on a prompt"
 
 
 def _kept(knob: str) -> Decided:
@@ -228,11 +232,27 @@ def _notes(
     ]
 
 
-def _summary(subject: Subject, settings: cost.Settings, regime: str, per_token: float) -> str:
+def _predicted(per_token: float | None, prefill: float | None) -> dict[str, float]:
+    """The price, absent without kernel timings (LOC-PLAN-27)."""
+    found = {}
+    if per_token is not None:
+        found["s_per_token"] = round(per_token, 6)
+    if prefill is not None:
+        found["prefill_tokens_per_s"] = round(prefill, 1)
+    return found
+
+
+def _summary(
+    subject: Subject, settings: cost.Settings, regime: str, per_token: float | None
+) -> str:
+    speed = (
+        f"about {per_token * 1000:.1f} ms a token ({1 / per_token:.0f} tokens/s)"
+        if per_token
+        else "its speed not predicted (the engine's kernels were not timed)"
+    )
     return (
         f"Runs {subject.model_id} {REGIMES[regime]} on {settings.threads} CPU thread(s) with "
-        f"a {settings.ctx_size}-token window; about {per_token * 1000:.1f} ms a token "
-        f"({1 / per_token:.0f} tokens/s)."
+        f"a {settings.ctx_size}-token window; {speed}."
     )
 
 
@@ -242,6 +262,42 @@ def _lanes(devices: Devices, gpu: bool) -> list[dict[str, Any]]:
         {"phase": "prompt", "label": "Prompt", "on": list(tokens)},
         {"phase": "tokens", "label": "Tokens", "on": tokens},
     ]
+
+
+def _pools(
+    m: Machine, ledger: list[cost.Row], values: Mapping[str, Any], devices: Devices
+) -> list[dict[str, Any]]:
+    """The host's pool, then one for the device that holds the layers (LOC-PLAN-28, -30):
+    the weights and the KV cache move to it, the compute buffers stay on the host. One
+    device takes every layer, so its figures are its own (no `estimated`, LOC-PLAN-34)."""
+    mlock = bool(values.get("mlock"))
+    if not values.get("n-gpu-layers") or not devices.usable:
+        return [_host_pool(m, ledger, mlock)]
+    device = devices.usable[0]
+    placed = [r for r in ledger if r.name in ("weights", "kv-cache")]
+    held = sum(r.bytes for r in placed)
+    pool = {
+        "name": device.name,
+        "label": f"{device.description}'s memory",
+        "cap_bytes": device.memory_total,
+        "lockable_cap_bytes": 0,
+        "lockable_cap_known": True,
+        "held_bytes": held,
+        "locked_bytes": 0,
+        "cache_lock_unverified": False,
+        "rows": [_row(r) for r in placed],
+    }
+    return [_host_pool(m, [r for r in ledger if r not in placed], mlock), pool]
+
+
+def _row(r: cost.Row) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "label": r.label,
+        "bytes": r.bytes,
+        "locked": r.locked,
+        "in_turn": r.in_turn,
+    }
 
 
 def _host_pool(m: Machine, ledger: list[cost.Row], mlock: bool) -> dict[str, Any]:
@@ -256,16 +312,7 @@ def _host_pool(m: Machine, ledger: list[cost.Row], mlock: bool) -> dict[str, Any
         "held_bytes": sum(r.bytes for r in ledger),
         "locked_bytes": 0,
         "cache_lock_unverified": mlock,
-        "rows": [
-            {
-                "name": r.name,
-                "label": r.label,
-                "bytes": r.bytes,
-                "locked": False,
-                "in_turn": r.in_turn,
-            }
-            for r in ledger
-        ],
+        "rows": [_row(r) for r in ledger],  # a lock asked (mlock) is unverified: no row locked
     }
 
 
@@ -278,7 +325,7 @@ def _host_device(m: Machine) -> dict[str, Any]:
         "memory_total": m.memory_total,
         "prompt_ratio": 1.0,
         "token_ratio": 1.0,
-        "rate_text": f"{m.prompt_flops / 1e9:.0f} GFLOP/s, {m.copy_rate / GIB:.1f} GiB/s",
+        "rate_text": _rates(m),
         "uses": ["prompt", "tokens", "layers"],
         "status": "used",
         "badge": "Used",

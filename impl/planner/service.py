@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 STEPS = {  # plan_progress steps in order, and their words (LOC-EVENTS-22/23)
     "devices": "Asking for devices beyond the host",
     "model": "Reading the model's header",
-    "compute": "Timing a matmul at the model's width",
+    "compute": "Timing the engine's kernels on this model's matrices",
     "storage": "Reading the model file",
-    "memory": "Timing memory bandwidth",
+    "memory": "Reading the memory available",
     "placement": "Placing the layers",
     "rules": "Deciding the settings",
 }
@@ -62,7 +62,7 @@ class Planner:
         self._session = session
         self._models_dir = models_dir
         self._isolated = isolated
-        self._host = host or machine_mod.Host()
+        self._host = host or machine_mod.Host(isolated=isolated)
         self._device_probe = device_probe or (lambda isolated: devices_mod.probe(isolated=isolated))
         self.measuring = False
         self.last: dict[str, Any] | None = None  # the last plan made
@@ -184,11 +184,14 @@ class Planner:
             found = self._device_probe(self._isolated)
             step("model")
             shape = shape_mod.read(path, subject.engine)
+            base = self._config.base_values
+            pinned = self._config.user_keys | frozenset(self._config.operator_keys)
+            dtype = str(base["dtype"]) if "dtype" in pinned else "auto"
             measured = machine_mod.measure(
                 self._host,
                 model_path=path,
                 models_dir=self._models_dir,
-                width=shape.n_embd,
+                ask=lambda threads: shape.ask(threads, dtype),
                 step=step,
             )
             step("placement")
@@ -196,8 +199,8 @@ class Planner:
             facts = Facts(
                 shape=shape,
                 machine=measured,
-                base=self._config.base_values,
-                user_keys=self._config.user_keys | frozenset(self._config.operator_keys),
+                base=base,
+                user_keys=pinned,
                 gpu=bool(found.usable),
             )
             return propose(subject, facts, found, loaded=loaded)

@@ -15,10 +15,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..engines import gguf
 from ..engines.base import EngineId
 from ..models.inspection import header_facts, meta_int
+from .kernels import Ask, Matrix
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -44,6 +46,23 @@ class Shape:
     stored_bytes: int  # the weights on disk
     stored_dtype: str  # "gguf" for a GGUF file, else the folder's torch_dtype
     active_fraction: float  # of the weights a token touches (1.0 unless a MoE)
+    layer: tuple[Matrix, ...]  # a layer's weight matrices a token multiplies: rows, width, type
+    head: Matrix | None  # the output matrix (the embeddings when tied)
+    config: dict[str, Any]  # an HF folder's text config; the header's words for a GGUF
+
+    def ask(self, threads: tuple[int, ...], dtype: str) -> Ask:
+        """The kernel probe's question for this model on `threads`."""
+        return Ask(
+            engine="llama.cpp" if self.engine == EngineId.LLAMACPP else "transformers",
+            threads=threads,
+            layer=self.layer,
+            head=self.head,
+            n_layer=self.n_layer,
+            width=self.n_embd,
+            dtype=self.compute_dtype(dtype),
+            arch=self.arch,
+            config=self.config,
+        )
 
     def weight_bytes(self, dtype: str) -> int:
         """The weights as held in memory: as stored on llama.cpp; in the compute type on
@@ -93,15 +112,18 @@ def _gguf(path: Path, engine: EngineId) -> Shape:
     facts = header_facts(meta, tensors)
     arch = facts["arch"]
     heads = meta_int(meta, f"{arch}.attention.head_count") or 1
+    kv_heads = meta_int(meta, f"{arch}.attention.head_count_kv") or heads
     width = facts["n_embd"]
     whole = facts["dense_bytes"] + facts["expert_bytes"]
+    named = {t.name: t for t in tensors}
+    head = named.get("output.weight") or named.get("token_embd.weight")
     return Shape(
         engine=engine,
         arch=arch,
         n_layer=facts["n_layer"],
         n_embd=width,
         n_head=heads,
-        n_kv_head=meta_int(meta, f"{arch}.attention.head_count_kv") or heads,
+        n_kv_head=kv_heads,
         head_dim=meta_int(meta, f"{arch}.attention.key_length") or width // heads,
         n_ctx_train=meta_int(meta, f"{arch}.context_length"),
         vocab=next(
@@ -112,7 +134,23 @@ def _gguf(path: Path, engine: EngineId) -> Shape:
         stored_bytes=path.stat().st_size,
         stored_dtype="gguf",
         active_fraction=facts["token_cycle_bytes"] / whole if whole else 1.0,
+        layer=_gguf_layer(tensors, facts),
+        head=None if head is None else (head.shape[1], head.shape[0], head.kind),
+        config={"model_type": arch, "num_attention_heads": heads, "num_key_value_heads": kv_heads},
     )
+
+
+def _gguf_layer(tensors: list[gguf.TensorInfo], facts: dict[str, Any]) -> tuple[Matrix, ...]:
+    """The middle block's matrices (past any leading dense blocks of a MoE): each 2-D
+    weight, and of each expert tensor the rows of the experts a token uses."""
+    block = f"blk.{facts['n_layer'] // 2}."
+    found: list[Matrix] = []
+    for t in tensors:
+        if not t.name.startswith(block) or len(t.shape) < 2:
+            continue
+        rows = t.shape[1] * (max(1, facts["n_expert_used"]) if len(t.shape) == 3 else 1)
+        found.append((rows, t.shape[0], t.kind))
+    return tuple(found)
 
 
 def _folder(path: Path, engine: EngineId) -> Shape:
@@ -128,18 +166,35 @@ def _folder(path: Path, engine: EngineId) -> Shape:
     size = DTYPE_BYTES.get(dtype, 4)
     experts = meta_int(text, "num_experts") or meta_int(text, "num_local_experts")
     used = meta_int(text, "num_experts_per_tok")
+    kv_heads = meta_int(text, "num_key_value_heads") or heads
+    head_dim = meta_int(text, "head_dim") or width // heads
+    ffn = (meta_int(text, "moe_intermediate_size") * used if experts and used else 0) or (
+        meta_int(text, "intermediate_size") or 4 * width
+    )
+    layer = (
+        (heads * head_dim, width, 0),
+        (kv_heads * head_dim, width, 0),
+        (kv_heads * head_dim, width, 0),
+        (width, heads * head_dim, 0),
+        (ffn, width, 0),
+        (ffn, width, 0),
+        (width, ffn, 0),
+    )
     return Shape(
         engine=engine,
         arch=str(text.get("model_type", "")),
         n_layer=meta_int(text, "num_hidden_layers"),
         n_embd=width,
         n_head=heads,
-        n_kv_head=meta_int(text, "num_key_value_heads") or heads,
-        head_dim=meta_int(text, "head_dim") or width // heads,
+        n_kv_head=kv_heads,
+        head_dim=head_dim,
         n_ctx_train=meta_int(text, "max_position_embeddings"),
         vocab=meta_int(text, "vocab_size"),
         params=stored // size,
         stored_bytes=stored,
         stored_dtype=dtype if dtype in DTYPE_BYTES else "float32",
         active_fraction=min(1.0, used / experts) if experts and used else 1.0,
+        layer=layer,
+        head=(meta_int(text, "vocab_size"), width, 0),
+        config=text,
     )

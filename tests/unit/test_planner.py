@@ -19,7 +19,8 @@ from miserver.engines.base import EngineId
 from miserver.local.params import by_key, table
 from miserver.planner import cost, devices
 from miserver.planner.decisions import Facts
-from miserver.planner.machine import Machine
+from miserver.planner.kernels import Ask, Kernels, run
+from miserver.planner.machine import Host, Machine
 from miserver.planner.proposal import Subject, propose, title, value_text
 from miserver.planner.shape import Shape, read
 
@@ -34,9 +35,12 @@ EIGHT_CORES = Machine(
     lock_limit=8 * MIB,
     lock_known=True,
     read_rate=2e9,
-    copy_rate=20e9,
-    prompt_flops=400e9,
-    token_flops=40e9,
+    kernels=(
+        Kernels(threads=1, token_rate=5e9, layer_s=5e-6, prompt_flops=50e9),
+        Kernels(threads=4, token_rate=15e9, layer_s=8e-6, prompt_flops=200e9),
+        Kernels(threads=8, token_rate=20e9, layer_s=10e-6, prompt_flops=400e9),
+    ),
+    kernels_why="",
     seconds=1.5,
 )
 NO_DEVICE = devices.Devices((), "build")
@@ -160,9 +164,11 @@ def test_a_machine_that_cannot_hold_the_window_gets_a_smaller_one(smol: Shape) -
 
 
 def test_a_model_larger_than_memory_is_paged(smol: Shape) -> None:
-    """LOC-PLAN-11, LOC-PLAN-22: the regime says how the model runs (`mmap-paged` when even
-    the smallest window's ledger exceeds the memory), never declines streaming; the notes are
-    the regime, the placement, the ledger and the storage rate, each under its title."""
+    """LOC-PLAN-11, LOC-PLAN-20, LOC-PLAN-22: the regime says how the model runs
+    (`mmap-paged` when even the smallest window's ledger exceeds the memory), never declines
+    streaming; the notes are the regime ("Run mode" for the Python regimes), the placement,
+    the ledger and the storage rate, each under its title, and an unknown topic is titled
+    from its key."""
     starved = replace(EIGHT_CORES, memory_available=cost.MARGIN + 10 * MIB)
     proposal = plan(smol, facts(smol, starved))
     assert proposal["regime"] == "mmap-paged"
@@ -227,23 +233,69 @@ def test_the_proposal_holds_every_documented_field(smol: Shape) -> None:
     json.dumps(proposal)  # every field is JSON
 
 
-def test_decode_is_priced_by_bytes_or_compute_whichever_is_slower(smol: Shape) -> None:
-    """LOC-PLAN-27 (the cost model): the bytes a token reads at the memory rate, or two FLOPs
-    a parameter at the one-token matmul rate, the slower, plus a step's own cost; half the
-    threads get half the rates."""
+def test_decode_is_priced_from_the_engine_s_kernels(smol: Shape) -> None:
+    """LOC-PLAN-27 (the cost model): the bytes a token multiplies at the kernel's timed rate,
+    plus each layer's cost beyond its products, plus a step's own; a thread count between
+    two timed ones reads the line between them, one outside them the nearest; a prompt
+    runs at the prompt-wide rate, two FLOPs a parameter."""
     settings = cost.Settings(threads=8, ctx_size=4096, batch_size=512, parallel=1, dtype="auto")
-    read_bound = replace(EIGHT_CORES, copy_rate=1e9, token_flops=1e15)
-    assert cost.decode_s(smol, read_bound, settings) == pytest.approx(
-        smol.stored_bytes / 1e9 + cost.STEP_S
+    assert cost.decode_s(smol, EIGHT_CORES, settings) == pytest.approx(
+        smol.stored_bytes / 20e9 + smol.n_layer * 10e-6 + cost.STEP_S
     )
-    compute_bound = replace(EIGHT_CORES, copy_rate=1e15, token_flops=1e10)
-    assert cost.decode_s(smol, compute_bound, settings) == pytest.approx(
-        2 * smol.params / 1e10 + cost.STEP_S
+    six = replace(settings, threads=6)
+    assert cost.decode_s(smol, EIGHT_CORES, six) == pytest.approx(
+        smol.stored_bytes / 17.5e9 + smol.n_layer * 9e-6 + cost.STEP_S
     )
-    half = replace(settings, threads=4)
-    assert cost.decode_s(smol, compute_bound, half) == pytest.approx(
-        2 * 2 * smol.params / 1e10 + cost.STEP_S
+    assert cost.decode_s(smol, EIGHT_CORES, replace(settings, threads=16)) == cost.decode_s(
+        smol, EIGHT_CORES, settings
     )
+    assert cost.prefill_tokens_per_s(smol, EIGHT_CORES, settings) == pytest.approx(
+        400e9 / (2 * smol.params)
+    )
+
+
+def test_threads_are_the_fastest_timed_count(smol: Shape) -> None:
+    """LOC-PLAN-15, LOC-PLAN-17, LOC-PLAN-19 (`threads` is measured): the count whose priced
+    decode is fastest wins, even one thread of eight when more threads only add each layer's
+    dispatch (as transformers' one-row products do on a small model); a count within 3 % of
+    the fastest with more threads wins the tie, for the prompt's sake."""
+    flat = replace(
+        EIGHT_CORES,
+        kernels=(
+            Kernels(threads=1, token_rate=15e9, layer_s=300e-6, prompt_flops=90e9),
+            Kernels(threads=8, token_rate=15e9, layer_s=600e-6, prompt_flops=600e9),
+        ),
+    )
+    threads = _decision(plan(smol, facts(smol, flat)), "threads")
+    assert (threads["value"], threads["source"]) == (1, "measured")
+    assert "1 thread" in threads["brief"] and "on 8" in threads["brief"]
+    assert "8 thread(s)" in threads["reason"] and "tokens/s" in threads["reason"]
+    tied = replace(
+        EIGHT_CORES,
+        kernels=(
+            Kernels(threads=1, token_rate=15e9, layer_s=300e-6, prompt_flops=90e9),
+            Kernels(threads=8, token_rate=15e9, layer_s=310e-6, prompt_flops=600e9),
+        ),
+    )
+    assert _decision(plan(smol, facts(smol, tied)), "threads")["value"] == 8
+
+
+def test_without_kernel_timings_nothing_is_predicted(smol: Shape) -> None:
+    """LOC-PLAN-27 (`s_per_token` absent when not predicted), LOC-PLAN-13: when the kernel
+    probe did not come back, `threads` is one a physical core (`derived`, the reason says
+    why), the plan has no price, and the summary says so."""
+    blind = replace(EIGHT_CORES, kernels=(), kernels_why="the kernel probe ended with status -6")
+    proposal = plan(smol, facts(smol, blind))
+    threads = _decision(proposal, "threads")
+    assert (threads["value"], threads["source"]) == (8, "derived")
+    assert "status -6" in threads["reason"]
+    assert proposal["predicted"] == {}
+    assert "not predicted" in proposal["summary"]["sentence"]
+    assert "not timed" in proposal["machine"]
+
+
+def _decision(proposal: dict[str, Any], knob: str) -> dict[str, Any]:
+    return next(d for d in proposal["decisions"] if d["knob"] == knob)
 
 
 def test_a_gpu_takes_the_layers(smol: Shape) -> None:
@@ -267,6 +319,12 @@ def test_a_gpu_takes_the_layers(smol: Shape) -> None:
     assert proposal["values"]["n-gpu-layers"] == 30 and proposal["regime"] == "gpu-full"
     assert proposal["summary"]["lanes"][1]["on"] == ["CPU", "Fake GPU"]
     assert proposal["devices"][1]["name"] == "cuda:0"
+    host, gpu = proposal["memory"]["pools"]  # LOC-PLAN-30: the device's own pool
+    assert [r["name"] for r in gpu["rows"]] == ["weights", "kv-cache"]
+    assert [r["name"] for r in host["rows"]] == ["compute"]
+    assert (gpu["name"], gpu["cap_bytes"]) == ("cuda:0", 8 * GB)
+    assert gpu["held_bytes"] == sum(r["bytes"] for r in gpu["rows"])
+    assert "estimated" not in gpu  # LOC-PLAN-34: one device, its own figures
 
 
 def test_without_a_backend_no_device_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,3 +362,140 @@ def test_a_child_that_finds_nothing_reads_machine(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(devices, "backends", lambda: ["cuda"])
     assert devices.probe(command=[sys.executable, "-c", "print('[]')"]).none == "machine"
     assert devices.probe(isolated=False).none == "machine"
+
+
+def test_the_shape_names_the_matrices_a_token_multiplies(smol: Shape, tmp_path: Path) -> None:
+    """LOC-PLAN-04 (the model probe reads the header alone): a GGUF's middle block gives the
+    layer's matrices with their ggml types, and the output matrix is the embeddings when
+    they are tied; an HF folder's `config.json` gives the same shapes."""
+    q4_1, q8_0 = 3, 8
+    assert sorted(smol.layer) == sorted(
+        [
+            (576, 576, q4_1),
+            (192, 576, q4_1),
+            (192, 576, q4_1),
+            (576, 576, q4_1),
+            (1536, 576, q4_1),
+            (1536, 576, q4_1),
+            (576, 1536, q4_1),
+        ]
+    )
+    assert smol.head == (49152, 576, q8_0)
+    folder = tmp_path / "smol"
+    folder.mkdir()
+    config = {
+        "model_type": "llama",
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "num_hidden_layers": 30,
+        "vocab_size": 49152,
+        "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(b"\0" * 1024)
+    shaped = read(folder, EngineId.TRANSFORMERS)
+    assert sorted((r, w) for r, w, _ in shaped.layer) == sorted((r, w) for r, w, _ in smol.layer)
+    assert shaped.head == (49152, 576, 0)
+    ask = shaped.ask((1, 2), "auto")
+    assert (ask.engine, ask.dtype, ask.threads) == ("transformers", "bfloat16", (1, 2))
+    assert ask.n_layer == 30
+    assert Ask.from_json(ask.to_json()) == ask
+
+
+@pytest.mark.parametrize(
+    "engine", [EngineId.LLAMACPP, EngineId.TRANSFORMERS], ids=["llama.cpp", "transformers"]
+)
+def test_the_kernels_are_timed_on_this_machine(gguf_path: Path, engine: EngineId) -> None:
+    """LOC-PLAN-04, LOC-PLAN-05, LOC-PLAN-27: the real kernel probe, once on this machine,
+    in its child (`miserver serve --probe-kernels`): llama.cpp's ggml on the file's own
+    quantized types, torch's `linear` and the architecture built narrow on transformers;
+    every figure positive and in a range a CPU reaches."""
+    ask = read(gguf_path, engine).ask((1,), "auto")
+    [timed] = Host().kernels(ask)[0]
+    assert timed.threads == 1
+    assert 1e8 < timed.token_rate < 1e12
+    assert 0 < timed.layer_s < 0.05
+    assert 1e8 < timed.prompt_flops < 1e14
+
+
+@pytest.mark.parametrize(
+    ("child", "why"),
+    [
+        ("import os; os.abort()", "ended with status"),
+        ("import time; time.sleep(30)", "did not answer"),
+        ("print('not json')", "not JSON"),
+        ("print('[{}]')", "could not be read"),
+    ],
+    ids=["crash", "hang", "garbage", "short"],
+)
+def test_a_kernel_probe_that_fails_leaves_no_timings(
+    monkeypatch: pytest.MonkeyPatch, child: str, why: str
+) -> None:
+    """LOC-PLAN-05, LOC-PLAN-27: a kernel probe that ends its process, hangs or garbles its
+    answer leaves the machine without timings and says why; the server goes on (this test's
+    process is the server)."""
+    from miserver.planner import machine
+
+    monkeypatch.setattr(machine, "KERNELS_TIMEOUT_S", 2.0)
+    host = Host(command=[sys.executable, "-c", child, "--"])
+    ask = Ask(engine="llama.cpp", threads=(1,), layer=((64, 64, 0),), head=None, n_layer=1, width=1)
+    found, said = host.kernels(ask)
+    assert found == () and why in said
+
+
+def test_kernels_run_in_process_without_isolation() -> None:
+    """LOC-PLAN-08 (`--no-isolated-probes` runs the probes in process): a tiny float32 layer
+    on llama.cpp's kernels, timed here."""
+    tiny = ((64, 64, 0),)
+    ask = Ask(engine="llama.cpp", threads=(1,), layer=tiny, head=(128, 64, 0), n_layer=2, width=64)
+    [timed] = Host(isolated=False).kernels(ask)[0]
+    assert timed.token_rate > 0 and timed.prompt_flops > 0
+    assert run(ask)[0].threads == 1
+
+
+def test_every_word_comes_from_the_server(smol: Shape) -> None:
+    """LOC-PLAN-16 (a note's `brief` is its `reason` when the reason is short enough),
+    LOC-PLAN-23 (every label, badge, rate text, why and sentence is the server's own, and
+    every list as long as the machine makes it: one device, the host, on this one),
+    LOC-PLAN-33 (the compute buffers alone are `in_turn`)."""
+    proposal = plan(smol, facts(smol))
+    for d in proposal["decisions"]:
+        assert d["label"] and d["value_text"] and d["brief"] and d["reason"], d
+        if d["group"] == "notes" and len(d["reason"]) <= 120:
+            assert d["brief"] == d["reason"]
+    [host] = proposal["devices"]
+    assert all(host[k] for k in ("description", "rate_text", "badge", "why"))
+    assert "GiB/s on this model's matmul" in host["rate_text"]
+    assert all(lane["label"] for lane in proposal["summary"]["lanes"])
+    [pool] = proposal["memory"]["pools"]
+    assert pool["label"] and all(r["label"] for r in pool["rows"])
+    assert [r["in_turn"] for r in pool["rows"]] == [False, False, True]
+
+
+def test_a_lock_asked_is_unverified_and_changes_no_figure(smol: Shape) -> None:
+    """LOC-PLAN-32: `mlock` asked for is a runtime request: the pool says
+    `cache_lock_unverified`, nothing is counted locked, no row is shown locked, and the
+    capacity is the same as without it."""
+    locked = plan(smol, facts(smol, values=base(mlock=True), user_keys={"mlock"}))
+    unlocked = plan(smol, facts(smol, values=base(mlock=False), user_keys={"mlock"}))
+    [pool], [plain] = locked["memory"]["pools"], unlocked["memory"]["pools"]
+    assert pool["cache_lock_unverified"] and not plain["cache_lock_unverified"]
+    assert pool["locked_bytes"] == 0 and not any(r["locked"] for r in pool["rows"])
+    assert (pool["cap_bytes"], pool["lockable_cap_bytes"]) == (
+        plain["cap_bytes"],
+        plain["lockable_cap_bytes"],
+    )
+
+
+def test_args_are_empty_only_when_the_plan_changes_nothing(smol: Shape) -> None:
+    """LOC-PLAN-44 (→ no streaming to decline: `args` is empty only when the plan sets
+    nothing), LOC-PLAN-01 (this build has the planner: `available` is true, never the
+    `available: false` of a build without one)."""
+    every = {row.key for row in table()}
+    proposal = plan(smol, facts(smol, user_keys=every))
+    assert proposal["values"] == {} and proposal["args"] == []
+    assert proposal["available"] is True and proposal["streaming_declined"] is False
+    assert plan(smol, facts(smol))["args"] != []

@@ -10,7 +10,9 @@ For each engine, on the embedded SmolLM2 GGUF (converted for transformers):
 - the grid: `miserver serve --engine E --threads T --batch-size B` for T in 1, 2
   and B in 256, 512 (serial, the other settings the defaults).
 
-The five servers of an engine run at once and take turns: each answers one
+The five servers of an engine start one after the other, each once its
+start-up load is done (so the planned server's probes have the machine to
+themselves), then run at once and take turns: each answers one
 warm-up, then `--rounds` greedy chats of up to `--tokens` tokens, round by
 round, naming its resident model, while the bench listens to GET
 /api/events; a turn's decode
@@ -93,6 +95,17 @@ def decode_s(base_url: str, model: str, tokens: int, rounds: int, warm: bool = T
     return [1.0 / rate for rate in done.rates[int(warm) :]]
 
 
+def settled(base_url: str, timeout_s: float = 300.0) -> None:
+    """Wait until the server's start-up load (and its plan) is done."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = httpx.get(base_url.removesuffix("/v1") + "/api/info", timeout=10).json()
+        if info["state"] == "ready" and info.get("model"):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{base_url} did not finish its start-up load")
+
+
 def model_of(base_url: str) -> str:
     """The resident model's id (a request naming another would load that one instead)."""
     return str(httpx.get(base_url.removesuffix("/v1") + "/api/info").json()["model"]["id"])
@@ -108,10 +121,12 @@ def measure(engine: str, tokens: int, rounds: int, work: Path) -> dict[str, Any]
     found: dict[str, Any] = {"engine": engine}
     cache = from_env().cache_dir
     with contextlib.ExitStack() as stack:
-        urls = {
-            name: stack.enter_context(common.served(work / f"{engine}-{i}", cache, None, args))
-            for i, (name, args) in enumerate(configs.items())
-        }
+        urls = {}
+        for i, (name, args) in enumerate(configs.items()):
+            urls[name] = stack.enter_context(
+                common.served(work / f"{engine}-{i}", cache, None, args)
+            )
+            settled(urls[name])  # the planned start's probes run alone on the machine
         plan = httpx.get(urls["planned"].removesuffix("/v1") + "/api/plan", timeout=60).json()
         assert plan.get("from_last_load"), plan
         found["values"] = plan["values"]
