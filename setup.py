@@ -29,5 +29,6 @@ setup(
     package_data={
         "miserver.spec": ["**/*.yaml", "**/*.json", "**/*.abnf", "**/*.md"],
         "miserver.catalog": ["*.json"],
+        "miserver.web": ["*.html", "*.js", "*.css"],
     },
 )

@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
 from .errors import ApiError, internal_error
+from .http.pages import Pages
 from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
 from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator
@@ -234,7 +235,7 @@ class Server:
         self.state = self._services(registry, flags)
         self._app = RequestIdMiddleware(
             SecurityMiddleware(
-                build_connexion(), self.policy, settings.json_max_depth, gate=self._gate
+                Pages(build_connexion()), self.policy, settings.json_max_depth, gate=self._gate
             )
         )
 

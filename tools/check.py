@@ -1,7 +1,8 @@
 """Everything CI runs, behind one command: `python -m tools.check`.
 
 ruff format --check, ruff check, mypy (strict on impl/), the layering
-check, the codegen and published-schema checks, then pytest (warnings are errors). Stops at the
+check, the codegen and published-schema checks, Debian's chromium installed when
+missing (tools/browser.py), then pytest (warnings are errors). Stops at the
 first failing step and exits with its status.
 """
 
@@ -21,6 +22,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("layering", [PY, "-m", "tools.layering"]),
     ("codegen", [PY, "-m", "tools.codegen", "--check"]),
     ("schemas", [PY, "-m", "tools.schemas", "--check"]),
+    ("browser", [PY, "-m", "tools.browser"]),  # Debian's chromium for the UI tests
     ("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]),
 ]
 

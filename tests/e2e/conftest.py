@@ -65,13 +65,15 @@ def serve_command() -> list[str]:
     return [sys.executable, "-c", "from miserver.cli import main; main()"]
 
 
-def _wait_until_up(server: LiveServer) -> None:
+def _wait_until_up(server: LiveServer, key: str | None = None) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             pytest.fail(f"miserver exited with {server.process.returncode}:\n{server.log_tail()}")
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{server.base_url}/models", timeout=2.0).status_code == 200:
+            response = httpx.get(f"{server.base_url}/models", headers=headers, timeout=2.0)
+            if response.status_code == 200:
                 return
         time.sleep(0.25)
     pytest.fail(f"miserver did not answer within {START_TIMEOUT_S:.0f} s:\n{server.log_tail()}")
@@ -93,14 +95,18 @@ def live_server(
     env: Mapping[str, str] | None = None,
     model: str | None = MODEL_ID,
     args: Sequence[str] = (),
+    key: str | None = None,
 ) -> Iterator[LiveServer]:
     """Run `miserver serve` until the block ends; its output goes to `workdir/server.log`.
 
     `model` None starts it as a user would, with no `--model`: the embedded GGUF.
-    `args` are more `serve` flags.
+    `args` are more `serve` flags; `key` an API key it is started with (a key file).
     """
     port = free_port()
     log_path = workdir / "server.log"
+    if key is not None:
+        (workdir / "api-key").write_text(key)
+        args = [*args, "--api-key-file", str(workdir / "api-key")]
     command = [
         *serve_command(),
         "serve",
@@ -126,7 +132,7 @@ def live_server(
         )
         try:
             server = LiveServer(f"http://127.0.0.1:{port}/v1", process, log_path)
-            _wait_until_up(server)
+            _wait_until_up(server, key)
             yield server
         finally:
             _stop(process)

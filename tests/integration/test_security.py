@@ -222,7 +222,7 @@ def test_every_response_carries_the_security_headers(client: httpx.Client, local
         client.post("/api/cancel"),
         client.get("/v1/models", headers={"Origin": "http://evil.example"}),
     ]
-    assert [r.status_code for r in responses] == [200, 404, 404, 405, 400, 415, 403]
+    assert [r.status_code for r in responses] == [200, 200, 404, 405, 400, 415, 403]
     body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
     with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as stream:
         assert stream.status_code == 200
@@ -264,9 +264,20 @@ def test_the_right_key_passes(keyed: Running) -> None:
 
 
 def test_paths_outside_the_api_need_no_key(keyed: Running) -> None:
-    """LOC-SEC-08: only /api/* and /v1/* need the key (the UI's files are served without it)."""
+    """LOC-SEC-08, LOC-GEN-02: only /api/* and /v1/* need the key: the UI's page, script
+    and stylesheet are served without it from the API's own host and port, and any other
+    path outside the API is a plain 404."""
     with keyed.client() as client:
-        for path in ("/", "/index.html", "/app.js", "/apix", "/v1x/models"):
+        for path, media in (
+            ("/", "text/html"),
+            ("/ui/app.js", "text/javascript"),
+            ("/ui/app.css", "text/css"),
+        ):
+            page = client.get(path)
+            assert page.status_code == 200 and page.headers["content-type"].startswith(media)
+            assert_secured(page)
+            assert client.head(path).content == b""
+        for path in ("/index.html", "/app.js", "/ui/other.js", "/apix", "/v1x/models"):
             error_of(client.get(path), 404, "not_found", None)
         error_of(client.get("/v1"), 401, "invalid_api_key", "Authorization")
 

@@ -1,0 +1,539 @@
+// The miserver web UI: one script, no build step, only the documented HTTP API
+// (REQ-003 GEN-02/03, SEC-09..11, SEC-28..35, SEC-40, SECN-08). Model output is
+// never parsed as HTML: the Markdown below builds DOM nodes from a whitelist,
+// and every piece of model text lands in a text node.
+
+const KEY_STORE = "miserver.key";
+const $ = (id) => document.getElementById(id);
+
+// -- the API, with the key (SEC-09..11) ------------------------------------------
+
+let keyWaiters = null;
+
+function keyHeaders(extra = {}) {
+  const key = localStorage.getItem(KEY_STORE);
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+function askForKey(why) {
+  if (!keyWaiters) {
+    keyWaiters = [];
+    $("key-why").textContent = why;
+    $("key").value = "";
+    $("key-dialog").showModal();
+  }
+  return new Promise((resolve) => keyWaiters.push(resolve));
+}
+
+$("key-form").addEventListener("submit", () => {
+  localStorage.setItem(KEY_STORE, $("key").value.trim());
+  const waiting = keyWaiters || [];
+  keyWaiters = null;
+  waiting.forEach((resolve) => resolve());
+});
+
+async function api(path, options = {}) {
+  const init = { ...options, headers: keyHeaders(options.headers || {}) };
+  if (init.json !== undefined) {
+    init.body = JSON.stringify(init.json);
+    init.headers["Content-Type"] = "application/json";
+    delete init.json;
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401) {
+    const body = await response.json().catch(() => ({}));
+    await askForKey(body?.error?.message || "This server needs its API key.");
+    return api(path, options);
+  }
+  return response;
+}
+
+async function apiJson(path, options = {}) {
+  const response = await api(path, options);
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body?.error?.message || `${response.status} ${path}`);
+  return body;
+}
+
+function showError(error) {
+  const box = $("error");
+  box.textContent = error ? String(error.message || error) : "";
+  box.hidden = !error;
+}
+
+// -- server-sent events over fetch (the key rides along: SEC-11) -------------------
+
+async function* sse(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) yield { event, data: data.join("\n") };
+    }
+  }
+}
+
+const listeners = {};
+function on(event, handler) {
+  (listeners[event] ||= []).push(handler);
+}
+
+async function followEvents() {
+  for (let wait = 500; ; wait = Math.min(wait * 2, 10000)) {
+    try {
+      const response = await api("/api/events");
+      if (response.ok) {
+        wait = 500;
+        for await (const { event, data } of sse(response)) {
+          const parsed = JSON.parse(data);
+          (listeners[event] || []).forEach((handler) => handler(parsed));
+        }
+      }
+    } catch (error) {
+      // the stream ended or the server went away: try again after a wait
+    }
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
+}
+
+// -- safe Markdown (SEC-28..35, SECN-08) -------------------------------------------
+
+const IMAGE_TYPES = /^data:image\/(png|gif|jpeg|webp);base64,[A-Za-z0-9+/=\s]*$/i;
+const LINK_SCHEMES = new Set(["http:", "https:", "mailto:"]);
+
+function el(tag, children = [], attributes = {}) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function safeLink(url) {
+  try {
+    const parsed = new URL(url);
+    return LINK_SCHEMES.has(parsed.protocol) ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+// Inline Markdown: code spans, images, links, autolinks, strong, emphasis, breaks.
+// Anything else, raw HTML included, is text.
+const INLINE = [
+  [/^`([^`]+)`/, (m) => el("code", [m[1]])],
+  [/^!\[([^\]]*)\]\(([^)\s]*)[^)]*\)/, (m) => image(m[1], m[2])],
+  [/^\[([^\]]+)\]\(([^)\s]*)[^)]*\)/, (m) => link(inline(m[1]), m[2])],
+  [/^<((?:https?|mailto):[^>\s]+)>/, (m) => link([m[1]], m[1])],
+  [/^(\*\*|__)(?=\S)([\s\S]*?\S)\1/, (m) => el("strong", inline(m[2]))],
+  [/^(\*|_)(?=\S)([\s\S]*?\S)\1/, (m) => el("em", inline(m[2]))],
+  [/^ {2,}\n|^\\\n/, () => el("br")],
+];
+
+function image(alt, url) {
+  if (IMAGE_TYPES.test(url)) return el("img", [], { src: url.replace(/\s/g, ""), alt });
+  return el("span", [alt], { class: "alt" }); // any other image: its alt text (SEC-32)
+}
+
+function link(children, url) {
+  const href = safeLink(url);
+  if (!href) return el("span", children);
+  return el("a", children, { href, target: "_blank", rel: "noopener noreferrer", referrerpolicy: "no-referrer" });
+}
+
+function inline(text) {
+  const out = [];
+  let plain = "";
+  while (text) {
+    let matched = false;
+    for (const [pattern, make] of INLINE) {
+      const m = pattern.exec(text);
+      if (m) {
+        if (plain) out.push(plain);
+        plain = "";
+        out.push(make(m));
+        text = text.slice(m[0].length);
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) {
+      plain += text[0];
+      text = text.slice(1);
+    }
+  }
+  if (plain) out.push(plain);
+  return out;
+}
+
+// Block Markdown: fenced code, headings, rules, quotes, lists, paragraphs.
+function render(markdown) {
+  const fragment = document.createDocumentFragment();
+  const lines = markdown.replace(/\r\n?/g, "\n").split("\n");
+  let i = 0;
+  const para = [];
+  const flush = () => {
+    if (para.length) fragment.append(el("p", inline(para.join("\n"))));
+    para.length = 0;
+  };
+  while (i < lines.length) {
+    const line = lines[i];
+    let m;
+    if ((m = /^\s*(```|~~~)\s*([\w+-]*)/.exec(line))) {
+      flush();
+      const body = [];
+      for (i += 1; i < lines.length && !lines[i].trimStart().startsWith(m[1]); i += 1) body.push(lines[i]);
+      i += 1;
+      const code = el("code", [body.join("\n")]);
+      if (m[2]) code.dataset.lang = m[2];
+      fragment.append(el("pre", [code]));
+      continue;
+    }
+    if ((m = /^(#{1,6})\s+(.*)$/.exec(line))) {
+      flush();
+      fragment.append(el(`h${m[1].length}`, inline(m[2].replace(/\s#+\s*$/, ""))));
+    } else if (/^\s*([-*_])(\s*\1){2,}\s*$/.test(line)) {
+      flush();
+      fragment.append(el("hr"));
+    } else if (/^\s*>/.test(line)) {
+      flush();
+      const quoted = [];
+      for (; i < lines.length && /^\s*>/.test(lines[i]); i += 1) quoted.push(lines[i].replace(/^\s*> ?/, ""));
+      fragment.append(el("blockquote", [render(quoted.join("\n"))]));
+      continue;
+    } else if ((m = /^\s*([-*+]|\d+[.)])\s+/.exec(line))) {
+      flush();
+      const ordered = /\d/.test(m[1]);
+      const items = [];
+      for (; i < lines.length; i += 1) {
+        const item = /^\s*([-*+]|\d+[.)])\s+(.*)$/.exec(lines[i]);
+        if (item && /\d/.test(item[1]) === ordered) items.push(el("li", inline(item[2])));
+        else if (lines[i].trim() && items.length && /^\s{2,}/.test(lines[i])) items[items.length - 1].append("\n", ...inline(lines[i].trim()));
+        else break;
+      }
+      fragment.append(el(ordered ? "ol" : "ul", items));
+      continue;
+    } else if (!line.trim()) {
+      flush();
+    } else {
+      para.push(line);
+    }
+    i += 1;
+  }
+  flush();
+  return fragment;
+}
+
+// -- the conversation ----------------------------------------------------------------
+
+const conversation = [];
+let running = null; // the AbortController of the reply being streamed
+
+function bubble(role) {
+  const body = el("div", [], { class: "body" });
+  const reasoning = el("details", [el("summary", ["Reasoning"])], { class: "reasoning", hidden: "" });
+  const calls = el("div", [], { class: "calls" });
+  const meta = el("div", [], { class: "meta" });
+  const node = el("article", [reasoning, body, calls, meta], { class: `turn ${role}` });
+  $("chat").append(node);
+  return { node, body, reasoning, calls, meta };
+}
+
+function showTurn(message) {
+  const view = bubble(message.role);
+  view.body.append(message.role === "assistant" ? render(message.content || "") : message.content);
+  return view;
+}
+
+function setRunning(controller) {
+  running = controller;
+  $("send").disabled = Boolean(controller);
+  $("stop").disabled = !controller;
+  $("regenerate").disabled = Boolean(controller) || !conversation.some((m) => m.role === "assistant");
+}
+
+async function reply() {
+  const model = $("model").value || undefined;
+  const view = bubble("assistant");
+  const controller = new AbortController();
+  setRunning(controller);
+  let content = "";
+  let reasoning = "";
+  const calls = {};
+  try {
+    const response = await api("/v1/chat/completions", {
+      method: "POST",
+      json: { model, messages: conversation, stream: true },
+      signal: controller.signal,
+    });
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(body?.error?.message || `${response.status}`);
+    }
+    const steering = response.headers.get("X-miLLM-Steering");
+    if (steering) view.meta.append(el("span", [`Steering: ${steering}`], { class: "steering" }));
+    for await (const { data } of sse(response)) {
+      if (data === "[DONE]") break;
+      const chunk = JSON.parse(data);
+      const delta = chunk.choices?.[0]?.delta || {};
+      if (delta.reasoning_content) {
+        reasoning += delta.reasoning_content;
+        view.reasoning.hidden = false;
+        view.reasoning.replaceChildren(el("summary", ["Reasoning"]), el("div", [reasoning]));
+      }
+      for (const call of delta.tool_calls || []) {
+        const held = (calls[call.index] ||= { name: "", arguments: "" });
+        held.name += call.function?.name || "";
+        held.arguments += call.function?.arguments || "";
+      }
+      if (delta.content) {
+        content += delta.content;
+        view.body.replaceChildren(render(content));
+      }
+      view.calls.replaceChildren(
+        ...Object.values(calls).map((c) => el("div", [el("code", [`${c.name}(${c.arguments})`])], { class: "tool-call" })),
+      );
+    }
+  } catch (error) {
+    if (error.name !== "AbortError") showError(error);
+  } finally {
+    conversation.push({ role: "assistant", content });
+    setRunning(null);
+  }
+}
+
+$("ask").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = $("prompt").value.trim();
+  if (!text || running) return;
+  $("prompt").value = "";
+  showError(null);
+  const message = { role: "user", content: text };
+  conversation.push(message);
+  showTurn(message);
+  reply();
+});
+
+$("stop").addEventListener("click", () => running?.abort());
+
+$("regenerate").addEventListener("click", () => {
+  if (running || conversation.at(-1)?.role !== "assistant") return;
+  conversation.pop();
+  $("chat").lastElementChild?.remove();
+  reply();
+});
+
+$("clear").addEventListener("click", () => {
+  running?.abort();
+  conversation.length = 0;
+  $("chat").replaceChildren();
+  setRunning(null);
+});
+
+// -- models, state, rate and memory ------------------------------------------------
+
+async function listModels() {
+  const [models, info] = await Promise.all([apiJson("/v1/models"), apiJson("/api/info")]);
+  const current = info.model?.id;
+  $("model").replaceChildren(
+    ...models.data.map((m) => el("option", [m.id], m.id === current ? { value: m.id, selected: "" } : { value: m.id })),
+  );
+  showState(info);
+}
+
+function showState(info) {
+  const words = { ready: "Ready", loading: "Loading…", planning: "Planning…", error: "Error", empty: "No model" };
+  $("state").textContent = words[info.state] || info.state;
+  $("state").dataset.state = info.state;
+  if (info.error) showError(info.error);
+}
+
+$("load").addEventListener("click", async () => {
+  try {
+    showError(null);
+    await apiJson("/api/session/load", { method: "POST", json: { model: $("model").value } });
+  } catch (error) {
+    showError(error);
+  }
+});
+
+$("unload").addEventListener("click", async () => {
+  try {
+    await apiJson("/api/session/unload", { method: "POST", json: {} });
+  } catch (error) {
+    showError(error);
+  }
+});
+
+on("state", (info) => {
+  showState(info);
+  if (info.model?.id) $("model").value = info.model.id;
+});
+on("done", (done) => {
+  if (done.tok_s) $("rate").textContent = `${done.tok_s.toFixed(1)} tokens/s`;
+});
+on("token", (token) => {
+  if (token.rss_mib) $("memory").textContent = `${Math.round(token.rss_mib)} MiB`;
+});
+
+
+// -- views -----------------------------------------------------------------------------
+
+for (const button of document.querySelectorAll("nav.views button")) {
+  button.addEventListener("click", () => {
+    for (const other of document.querySelectorAll("nav.views button")) {
+      other.setAttribute("aria-pressed", String(other === button));
+      $(other.dataset.view).hidden = other !== button;
+    }
+    if (button.dataset.view === "settings-view") showSettings().catch(showError);
+  });
+}
+
+// -- settings from /api/params and /api/config (PARAMS-22/23) ----------------------
+
+let table = null;
+
+function special(param, value) {
+  return (param.special || []).find((s) => String(s.value) === String(value));
+}
+
+function input(param, value) {
+  let field;
+  if (param.type === "bool") {
+    field = el("input", [], { type: "checkbox" });
+    field.checked = Boolean(value);
+  } else if (param.type === "choice") {
+    field = el("select", (param.choices || []).map((c) => el("option", [c.label], { value: String(c.value) })));
+    field.value = String(value);
+  } else {
+    const numeric = param.type === "int" || param.type === "float";
+    field = el("input", [], { type: numeric && !param.accepts_auto ? "number" : "text" });
+    if (numeric && param.min !== undefined) field.min = param.min;
+    if (numeric && param.max !== undefined) field.max = param.max;
+    if (param.type === "float") field.step = "any";
+    field.value = value === null || value === undefined ? "" : String(value);
+  }
+  field.id = `param-${param.key}`;
+  field.dataset.key = param.key;
+  field.addEventListener("change", () => setParam(param, field));
+  return field;
+}
+
+function parsed(param, field) {
+  if (param.type === "bool") return field.checked;
+  if (param.type === "int" || param.type === "float") {
+    if (param.accepts_auto && field.value.trim() === "auto") return "auto";
+    const number = Number(field.value);
+    return field.value.trim() === "" || Number.isNaN(number) ? field.value : number;
+  }
+  return field.value;
+}
+
+async function setParam(param, field) {
+  const change = await apiJson("/api/config", { method: "PUT", json: { values: { [param.key]: parsed(param, field) } } });
+  const rejected = Object.entries(change.rejected || {});
+  $("rejected").hidden = rejected.length === 0;
+  $("rejected").textContent = rejected.map(([key, why]) => `${key}: ${why}`).join("; ");
+  showConfig(change);
+}
+
+function describe(param, value) {
+  const words = [];
+  const named = special(param, value);
+  if (named) words.push(named.label); // a special value's label in place of its number
+  if (param.typical) words.push(`typical ${param.typical.min}–${param.typical.max}${param.unit ? " " + param.unit : ""}`);
+  if (param.scope === "session") words.push("applies at the next load");
+  return words.join(" · ");
+}
+
+function showConfig(config) {
+  $("reload").hidden = !config.reload_required;
+  for (const param of table || []) {
+    const note = $(`note-${param.key}`);
+    if (note) note.textContent = describe(param, config.values[param.key]);
+  }
+}
+
+async function showSettings() {
+  const [params, config] = await Promise.all([apiJson("/api/params"), apiJson("/api/config")]);
+  table = params;
+  const all = $("show-all").checked;
+  const groups = new Map();
+  for (const param of params) {
+    if (!all && (param.level === "experimental" || param.level === "debug")) continue;
+    if (!groups.has(param.group_label)) groups.set(param.group_label, []);
+    const value = config.values[param.key];
+    groups.get(param.group_label).push(
+      el("div", [
+        el("label", [param.label], { for: `param-${param.key}`, title: param.help }),
+        input(param, value),
+        el("span", [describe(param, value)], { id: `note-${param.key}`, class: "note" }),
+      ], { class: "param" }),
+    );
+  }
+  $("params").replaceChildren(...[...groups].map(([label, rows]) => el("fieldset", [el("legend", [label]), ...rows])));
+  showConfig(config);
+}
+
+$("show-all").addEventListener("change", () => showSettings().catch(showError));
+on("config", (config) => showConfig(config));
+
+// -- the plan (EVENTS-25: the step's label is shown; the step is protocol) ----------
+
+function showPlan(plan) {
+  if (!plan.values) {
+    $("plan").replaceChildren(el("p", [plan.error || plan.reason || "No plan yet."]));
+    $("plan-apply").disabled = true;
+    return;
+  }
+  const decisions = plan.decisions.map((d) =>
+    el("li", [el("strong", [d.label]), `: ${d.value_text} — `, d.brief], { "data-group": d.group }),
+  );
+  $("plan").replaceChildren(
+    el("p", [plan.machine], { class: "machine" }),
+    el("p", [plan.summary.sentence]),
+    ...(plan.warning ? [el("p", [plan.warning], { class: "notice" })] : []),
+    el("ul", decisions),
+  );
+  $("plan-apply").disabled = false;
+}
+
+$("plan-make").addEventListener("click", async () => {
+  try {
+    $("plan-make").disabled = true;
+    showPlan(await apiJson("/api/plan?measure=1"));
+  } catch (error) {
+    showError(error);
+  } finally {
+    $("plan-make").disabled = false;
+    $("plan-progress").textContent = "";
+  }
+});
+
+$("plan-apply").addEventListener("click", async () => {
+  try {
+    showConfig(await apiJson("/api/plan/apply", { method: "POST", json: {} }));
+    await showSettings();
+  } catch (error) {
+    showError(error);
+  }
+});
+
+on("plan_progress", (progress) => {
+  $("plan-progress").textContent = progress.label || "";
+});
+
+listModels().catch(showError);
+followEvents();

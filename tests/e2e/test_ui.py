@@ -1,0 +1,307 @@
+"""The web UI in a real browser: Debian's chromium driven by Playwright (issue 22).
+
+A keyed `miserver serve` on loopback serves the page; the browser loads it,
+is asked for the key, and chats. Model output for the hostile corpus comes
+through a fake reply (Playwright answers the page's chat request with a
+stream of the case's text), so every case reaches the page's own renderer
+as a model's would, and the rendered DOM is checked for each of SEC-28..35.
+Every request the page makes is logged, and the console is read for
+Content-Security-Policy violations.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import LiveServer, live_server
+from tests.e2e.hostile_output import CASES
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+KEY = "ui-test-key-0123456789"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+# what a rendered reply may never hold (SEC-28..34)
+DOM_CHECK = """(turn) => {
+  const found = [];
+  const banned = ["script", "style", "form", "input", "button", "textarea", "select", "option",
+    "iframe", "object", "embed", "video", "audio", "picture", "source", "svg", "math", "link",
+    "meta", "base", "frame", "frameset", "template", "noscript", "canvas", "track"];
+  for (const node of turn.querySelectorAll("*")) {
+    const tag = node.localName;
+    if (banned.includes(tag)) found.push("element " + tag);
+    for (const attr of node.attributes) {
+      const name = attr.name.toLowerCase();
+      if (name.startsWith("on")) found.push("handler " + name);
+      if (["style", "srcset", "poster", "background", "formaction", "action"].includes(name))
+        found.push("attribute " + name);
+      if (/^\\s*(javascript|vbscript|data:text)/i.test(attr.value) && name !== "alt")
+        found.push("url " + name + "=" + attr.value.slice(0, 40));
+    }
+    if (tag === "a") {
+      const href = node.getAttribute("href") || "";
+      if (!/^(https?:|mailto:)/i.test(href)) found.push("link " + href.slice(0, 40));
+      if (node.getAttribute("target") !== "_blank") found.push("link without _blank");
+      const rel = (node.getAttribute("rel") || "").split(/\\s+/);
+      if (!rel.includes("noopener") || !rel.includes("noreferrer")) found.push("link rel " + rel);
+    }
+    if (tag === "img") {
+      const src = node.getAttribute("src") || "";
+      if (!/^data:image\\/(png|gif|jpeg|webp);/i.test(src)) found.push("img " + src.slice(0, 40));
+    }
+  }
+  return found;
+}"""
+
+
+@pytest.fixture(scope="module")
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The default start (the embedded GGUF on llama.cpp) with an API key."""
+    with live_server(tmp_path_factory.mktemp("e2e-ui"), model=None, key=KEY) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: tools/check installs Debian's chromium package")
+    with playwright_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+class Page:
+    """One browser page on the UI, with the requests it made and its console."""
+
+    def __init__(self, browser: Any, server: LiveServer) -> None:
+        self.origin = server.base_url.removesuffix("/v1")
+        self.context = browser.new_context()
+        self.page = self.context.new_page()
+        self.requests: list[Any] = []
+        self.console: list[str] = []
+        self.page.on("request", lambda request: self.requests.append(request))
+        self.page.on("console", lambda message: self.console.append(message.text))
+        self.page.on("pageerror", lambda error: self.console.append(f"pageerror: {error}"))
+
+    def open_with_key(self) -> None:
+        """Load the page; the API answers 401, the page asks for the key and retries."""
+        self.page.goto(self.origin + "/")
+        dialog = self.page.locator("#key-dialog")
+        dialog.wait_for(state="visible")
+        self.page.fill("#key", KEY)
+        self.page.click("#key-form button[type=submit]")
+        self.page.locator("#state[data-state=ready]").wait_for(timeout=60_000)
+
+    def send(self, text: str) -> Any:
+        """Send `text`; the new assistant turn once its reply has ended."""
+        count = self.page.locator("article.turn.assistant").count()
+        self.page.fill("#prompt", text)
+        self.page.click("#send")
+        turn = self.page.locator("article.turn.assistant").nth(count)
+        turn.wait_for()
+        self.page.locator("#send:enabled").wait_for(timeout=120_000)
+        return turn
+
+    def csp_violations(self) -> list[str]:
+        return [line for line in self.console if "Content Security Policy" in line]
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page(browser: Any, ui_server: LiveServer) -> Iterator[Page]:
+    opened = Page(browser, ui_server)
+    yield opened
+    opened.close()
+
+
+def test_a_streamed_chat_with_the_key(page: Page) -> None:
+    """LOC-GEN-02, LOC-GEN-03, LOC-SEC-09, LOC-SEC-10, LOC-SEC-11, LOC-SEC-40: the page,
+    its one script and one stylesheet come from the server's own origin; a 401 makes it ask
+    for the key, which it keeps in the browser and sends on every API request, the
+    /api/events stream included; a streamed chat fills the reply, the token rate comes
+    from the `done` event; no request leaves the origin and no CSP violation is logged."""
+    page.open_with_key()
+    turn = page.send("Say hello in five words.")
+    assert turn.locator(".body").inner_text().strip()
+    page.page.locator("#rate:has-text('tokens/s')").wait_for(timeout=30_000)
+    stored = page.page.evaluate("() => localStorage.getItem('miserver.key')")
+    assert stored == KEY
+    api = [r for r in page.requests if "/api/" in r.url or "/v1/" in r.url]
+    keyed = [r for r in api if r.headers.get("authorization") == f"Bearer {KEY}"]
+    unkeyed = [r for r in api if r not in keyed]  # before the key was given: each a 401
+    assert all(r.response().status == 401 for r in unkeyed)
+    assert {r.url for r in unkeyed} <= {r.url for r in keyed}  # each asked again, keyed
+    assert any(r.url.endswith("/api/events") for r in keyed)
+    assert any(r.url.endswith("/v1/chat/completions") for r in keyed)
+    assert all(r.url.startswith(page.origin + "/") for r in page.requests)
+    scripts = [r.url for r in page.requests if r.resource_type == "script"]
+    styles = [r.url for r in page.requests if r.resource_type == "stylesheet"]
+    assert (scripts, styles) == ([page.origin + "/ui/app.js"], [page.origin + "/ui/app.css"])
+    assert page.csp_violations() == []
+
+
+def test_stop_and_regenerate(page: Page) -> None:
+    """Chat controls: Stop ends a streaming reply (the request is aborted and the page is
+    ready to send again); Regenerate replaces the last reply with a new one."""
+    page.open_with_key()
+    page.page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
+    page.page.click("#send")
+    page.page.locator("article.turn.assistant .body:not(:empty)").wait_for(timeout=60_000)
+    page.page.click("#stop")
+    page.page.locator("#send:enabled").wait_for(timeout=10_000)
+    assert page.page.locator("article.turn.assistant").count() == 1
+    page.page.click("#regenerate")
+    page.page.locator("#stop:enabled").wait_for(timeout=10_000)
+    page.page.click("#stop")
+    page.page.locator("#send:enabled").wait_for(timeout=10_000)
+    assert page.page.locator("article.turn.assistant").count() == 1
+    assert page.csp_violations() == []
+
+
+def _fake_reply(text: str) -> str:
+    """A chat completion stream whose one reply is `text`, in three chunks."""
+    third = max(1, len(text) // 3)
+    parts = [text[:third], text[third : 2 * third], text[2 * third :]]
+    chunks = [
+        {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+         "choices": [{"index": 0, "delta": {"content": part}, "finish_reason": None}]}
+        for part in parts
+    ]  # fmt: skip
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+@pytest.fixture(scope="module")
+def hostile_page(browser: Any, ui_server: LiveServer) -> Iterator[Page]:
+    opened = Page(browser, ui_server)
+    opened.open_with_key()
+    yield opened
+    opened.close()
+
+
+@pytest.mark.parametrize(("name", "text", "kept"), CASES, ids=[c[0] for c in CASES])
+def test_hostile_output_renders_inert(hostile_page: Page, name: str, text: str, kept: str) -> None:
+    """LOC-SEC-28, LOC-SEC-29, LOC-SEC-30, LOC-SEC-31, LOC-SEC-32, LOC-SEC-33, LOC-SEC-34,
+    LOC-SEC-35, LOC-SECN-08: a model reply of the case's text, rendered by the page: no
+    script, handler, `javascript:` URL, form control, style, media element or refused
+    attribute in the DOM; links open in a new tab with no referrer; an image is kept only
+    as inline PNG, GIF, JPEG or WebP bytes, any other shows its alt text; rendering makes no
+    request at all; the case's words are still there, as text."""
+    page = hostile_page
+    page.page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=_fake_reply(text)
+        ),
+    )
+    try:
+        before = len(page.requests)
+        turn = page.send(f"case {name}")
+        made = [r.url for r in page.requests[before:]]
+        assert made == [page.origin + "/v1/chat/completions"], made
+        found = turn.element_handle().evaluate(DOM_CHECK)
+        assert found == [], found
+        if kept:
+            assert kept in turn.locator(".body").inner_text()
+    finally:
+        page.page.unroute("**/v1/chat/completions")
+    assert page.csp_violations() == []
+
+
+def test_the_corpus_is_large_enough() -> None:
+    """Issue 22: at least 40 hostile cases (script tags, handlers, `javascript:` links,
+    forms, styles, SVG tricks, remote images, `data:` images allowed and refused, nested
+    Markdown and HTML)."""
+    assert len(CASES) >= 40
+    assert len({name for name, _, _ in CASES}) == len(CASES)
+
+
+def test_the_page_s_files_are_the_packaged_ones() -> None:
+    """LOC-SEC-40: one page, one script, one stylesheet; the page has no inline script or
+    style (every script and style is a file of the origin)."""
+    web = Path(__file__).resolve().parents[2] / "impl" / "web"
+    html = (web / "index.html").read_text()
+    assert html.count("<script") == 1 and 'src="/ui/app.js"' in html
+    assert "<style" not in html and " style=" not in html
+    assert re.search(r"\son[a-z]+\s*=", html) is None
+
+
+def _api(server: LiveServer, method: str, path: str, **kw: Any) -> Any:
+    origin = server.base_url.removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {KEY}"}
+    response = httpx.request(method, origin + path, headers=headers, timeout=60, **kw)
+    response.raise_for_status()
+    return response.json()
+
+
+def _until(check: Any, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_a_model_switch(page: Page, ui_server: LiveServer) -> None:
+    """The model picker: choosing another model and Load switches the session (the state
+    shown follows the `state` events) and back."""
+    page.open_with_key()
+    first = page.page.input_value("#model")
+    options = page.page.eval_on_selector_all("#model option", "(os) => os.map((o) => o.value)")
+    other = next(o for o in options if o != first)
+    for target in (other, first):
+        page.page.select_option("#model", target)
+        page.page.click("#load")
+        _until(
+            lambda t=target: (_api(ui_server, "GET", "/api/info").get("model") or {}).get("id") == t
+        )
+        page.page.locator("#state[data-state=ready]").wait_for(timeout=120_000)
+        assert page.page.input_value("#model") == target
+    assert page.csp_violations() == []
+
+
+def test_a_settings_change(page: Page, ui_server: LiveServer) -> None:
+    """LOC-PARAMS-22, LOC-PARAMS-23: the settings form comes from /api/params and
+    /api/config; a value changed in it is PUT to /api/config; `typical` is shown as the
+    range and a special value's label in place of its number; a session setting says it
+    applies at the next load."""
+    page.open_with_key()
+    page.page.click("nav.views button[data-view=settings-view]")
+    field = page.page.locator("#param-temp")
+    field.wait_for()
+    try:
+        field.fill("0.25")
+        field.press("Tab")
+        _until(lambda: _api(ui_server, "GET", "/api/config")["values"]["temp"] == 0.25, 10)
+        parallel = page.page.locator("#note-parallel").inner_text()
+        assert "typical 1–8" in parallel and "next load" in parallel
+        config = _api(ui_server, "GET", "/api/config")["values"]
+        if config["parallel"] == 1:
+            assert "serial" in parallel
+    finally:
+        _api(ui_server, "PUT", "/api/config", json={"reset": ["temp"]})
+    assert page.csp_violations() == []
+
+
+def test_the_plan_is_applied_in_one_click(page: Page, ui_server: LiveServer) -> None:
+    """The plan in the settings view: measured on a click, its sentences shown as the
+    server words them, applied with one more click (the config's plan layer is set)."""
+    page.open_with_key()
+    page.page.click("nav.views button[data-view=settings-view]")
+    page.page.click("#plan-make")
+    page.page.locator("#plan .machine").wait_for(timeout=120_000)
+    plan = _api(ui_server, "GET", "/api/plan?cached=1")
+    assert page.page.locator("#plan .machine").inner_text() == plan["machine"]
+    page.page.click("#plan-apply")
+    _until(lambda: _api(ui_server, "GET", "/api/config")["plan"] is not None, 10)
+    assert page.csp_violations() == []
