@@ -195,9 +195,10 @@ class Downloads:
 
     async def close(self) -> None:
         """Stop every download (the server is shutting down); `.part` files stay."""
-        for task in list(self._jobs.values()):
+        tasks = list(self._jobs.values())  # each leaves _jobs as it ends
+        for task in tasks:
             task.cancel()
-        for task in list(self._jobs.values()):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
@@ -232,17 +233,23 @@ class Downloads:
             for file in entry.files:
                 await self._file(entry, file)
         except asyncio.CancelledError:
-            self._event(entry, file, "cancelled")
+            self._ended(entry, file, "cancelled")
             raise
         except DownloadFailed as exc:
             log.warning("download %s: %s", entry.id, exc)
-            self._event(entry, file, "error", error=str(exc))
+            self._ended(entry, file, "error", error=str(exc))
             return
         except Exception as exc:  # the job's own fault: reported, never lost
             log.exception("download %s failed", entry.id)
-            self._event(entry, file, "error", error=f"{type(exc).__name__}: {exc}")
+            self._ended(entry, file, "error", error=f"{type(exc).__name__}: {exc}")
             return
-        self._event(entry, file, "done")
+        self._ended(entry, file, "done")
+
+    def _ended(self, entry: Entry, file: CatalogFile, state: str, **fields: Any) -> None:
+        """The last event of a job, once the job no longer counts as running: a client that
+        lists the catalog on it reads the entry's new status, never `downloading`."""
+        self._jobs.pop(entry.id, None)
+        self._event(entry, file, state, **fields)
 
     async def _file(self, entry: Entry, file: CatalogFile) -> None:
         target, part = self._path(file), self._path(file, PART)

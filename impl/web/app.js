@@ -34,11 +34,10 @@ $("key-form").addEventListener("submit", () => {
 
 async function api(path, options = {}) {
   const init = { ...options, headers: keyHeaders(options.headers || {}) };
-  if (init.json !== undefined) {
-    init.body = JSON.stringify(init.json);
-    init.headers["Content-Type"] = "application/json";
-    delete init.json;
-  }
+  if (init.json !== undefined) init.body = JSON.stringify(init.json);
+  delete init.json;
+  const method = (init.method || "GET").toUpperCase();
+  if (method !== "GET" && method !== "HEAD") init.headers["Content-Type"] = "application/json"; // every other method is JSON
   const response = await fetch(path, init);
   if (response.status === 401) {
     const body = await response.json().catch(() => ({}));
@@ -398,6 +397,7 @@ for (const button of document.querySelectorAll("nav.views button")) {
       $(other.dataset.view).hidden = other !== button;
     }
     if (button.dataset.view === "settings-view") showSettings().catch(showError);
+    if (button.dataset.view === "models-view") showModels().catch(showError);
   });
 }
 
@@ -534,6 +534,117 @@ $("plan-apply").addEventListener("click", async () => {
 on("plan_progress", (progress) => {
   $("plan-progress").textContent = progress.label || "";
 });
+
+// -- models: on disk, the catalog and its downloads, Hugging Face (MODELS-27/38/39) --
+
+const gb = (bytes) => (bytes / 1e9).toFixed(bytes < 10e9 ? 2 : 1); // decimal GB
+const downloads = {}; // the last `download` event of each entry
+
+function button(label, action, attributes = {}) {
+  const node = el("button", [label], { type: "button", ...attributes });
+  node.addEventListener("click", () => action().catch(showError));
+  return node;
+}
+
+function entryActions(entry) {
+  const live = downloads[entry.id];
+  if (entry.status === "on_disk") return [el("span", ["On disk"], { class: "note" })];
+  if (entry.status === "downloading" || live?.state === "running" || live?.state === "retrying") {
+    const received = live?.received ?? entry.received;
+    const words = [`${gb(received)} of ${gb(entry.bytes)} GB`];
+    if (live?.bytes_per_s) words.push(`${(live.bytes_per_s / 1e6).toFixed(1)} MB/s`);
+    if (live?.retry_in_s) words.push(`retrying in ${live.retry_in_s} s`);
+    return [
+      el("progress", [], { max: String(entry.bytes), value: String(received) }),
+      el("span", [words.join(" · ")], { class: "note" }),
+      button("Cancel", () => apiJson(`/api/models/download/${encodeURIComponent(entry.id)}`, { method: "DELETE" }).then(showModels)),
+    ];
+  }
+  const start = () => apiJson("/api/models/download", { method: "POST", json: { id: entry.id } }).then(showModels);
+  if (entry.partial) {
+    return [
+      button(`Resume (${gb(entry.received)} of ${gb(entry.bytes)} GB)`, start, { class: "resume" }),
+      button("Delete partial download", () => apiJson(`/api/models/partial/${encodeURIComponent(entry.id)}`, { method: "DELETE" }).then(showModels), { class: "delete-partial" }),
+    ];
+  }
+  return [button(`Download (${gb(entry.bytes)} GB)`, start, { class: "download" })];
+}
+
+async function showModels() {
+  const listing = await apiJson("/api/models");
+  const models = listing.local.filter((m) => m.role === "model" || m.role === "");
+  const others = listing.local.filter((m) => !(m.role === "model" || m.role === ""));
+  const line = (m) => el("li", [`${m.name} · ${m.format} · ${gb(m.bytes)} GB${m.complete ? "" : " · incomplete"}`]);
+  $("local").replaceChildren(...models.map(line));
+  $("local-other").replaceChildren(...others.map((m) => el("li", [`${m.name} · ${m.role} · ${gb(m.bytes)} GB`])));
+  $("catalog").replaceChildren(
+    ...listing.catalog.map((entry) =>
+      el("li", [
+        el("strong", [entry.title]), ` · ${entry.quant} · ${gb(entry.bytes)} GB`,
+        el("p", [entry.blurb || entry.note || ""], { class: "note" }),
+        el("div", entryActions(entry), { class: "actions" }),
+      ], { "data-id": entry.id }),
+    ),
+  );
+}
+
+on("download", (event) => {
+  downloads[event.id] = event;
+  if (!$("models-view").hidden) showModels().catch(showError);
+});
+
+// Hugging Face: text that is not a repository is searched for (HFS-09)
+$("hf-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = $("hf-text").value.trim();
+  if (text) lookUp(text).catch(showError);
+});
+
+async function lookUp(text) {
+  showError(null);
+  $("hf-repos").replaceChildren();
+  $("hf-models").replaceChildren();
+  $("hf-inspect").replaceChildren();
+  const response = await api("/api/hf/models", { method: "POST", json: { repo: text } });
+  const body = await response.json().catch(() => ({}));
+  if (response.ok) return showRepo(body);
+  if (body?.error?.code !== "not_a_repo") return showError(new Error(body?.error?.message || response.status));
+  const found = await apiJson("/api/hf/search", { method: "POST", json: { query: text } });
+  $("hf-repos").replaceChildren(
+    ...found.repos.map((repo) =>
+      el("li", [
+        button(repo.id, async () => showRepo(await apiJson("/api/hf/models", { method: "POST", json: { repo: repo.id } })), { class: "repo" }),
+        ` · ${repo.downloads} downloads${repo.gated ? " · needs a token" : ""}`,
+      ]),
+    ),
+  );
+}
+
+function showRepo(listing) {
+  $("hf-models").replaceChildren(
+    ...listing.models.map((model) =>
+      el("li", [
+        `${model.name} · ${model.quant} · ${gb(model.bytes)} GB · ${model.role}${model.complete ? "" : " · shards missing"} `,
+        button("Inspect", () => inspect(listing.repo, model.name), { class: "inspect" }),
+      ]),
+    ),
+  );
+}
+
+async function inspect(repo, name) {
+  const found = await apiJson("/api/hf/inspect", { method: "POST", json: { repo, name } });
+  const add = button("Add to the catalog", async () => {
+    await apiJson("/api/hf/add", { method: "POST", json: { repo, name } });
+    await showModels();
+  }, { class: "add" });
+  if (!found.verdict.downloadable) add.disabled = true;
+  $("hf-inspect").replaceChildren(
+    el("h3", [`${found.repo} · ${found.name}`]),
+    el("p", [found.verdict.disk], { class: "disk" }), // the server's sentences, as they are (HFI-26)
+    el("p", [found.verdict.memory], { class: "memory" }),
+    add,
+  );
+}
 
 listModels().catch(showError);
 followEvents();

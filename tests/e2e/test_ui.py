@@ -24,6 +24,7 @@ import pytest
 
 from tests.e2e.conftest import LiveServer, live_server
 from tests.e2e.hostile_output import CASES
+from tests.fakehub import Fault, Hub, serve_hub
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -305,3 +306,109 @@ def test_the_plan_is_applied_in_one_click(page: Page, ui_server: LiveServer) -> 
     page.page.click("#plan-apply")
     _until(lambda: _api(ui_server, "GET", "/api/config")["plan"] is not None, 10)
     assert page.csp_violations() == []
+
+
+REPO = "fake-org/tiny-GGUF"
+
+
+@pytest.fixture(scope="module")
+def hub_ui(
+    tmp_path_factory: pytest.TempPathFactory, gguf_path: Path
+) -> Iterator[tuple[LiveServer, Hub, Path]]:
+    """A keyed server whose catalog has two entries on the loopback fake hub, each file
+    held by the hub after a third of its bytes until the test releases it."""
+    workdir = tmp_path_factory.mktemp("e2e-ui-hub")
+    data = gguf_path.read_bytes()
+    hub = Hub()
+    entries = []
+    for name in ("tiny", "spare"):
+        digest = hub.add(REPO, f"{name}.gguf", data)
+        hub.faults[f"{name}.gguf"] = Fault(stall=len(data) // 3)
+        file = {"name": f"{name}.gguf", "bytes": len(data), "sha256": digest}
+        entries.append(
+            {"id": name, "title": name.title(), "quant": "Q4_1", "repo": REPO,
+             "revision": "main", "files": [file]}
+        )  # fmt: skip
+    catalog = workdir / "catalog.json"
+    catalog.write_text(json.dumps({"schema": "mi.catalog/v1", "models": entries}))
+    models = workdir / "models"
+    with serve_hub(hub) as base:
+        args = ["--catalog", str(catalog), "--hf-endpoint", base, "--models-dir", str(models)]
+        with live_server(workdir, model=None, args=args, key=KEY) as running:
+            yield running, hub, models
+
+
+def _entry(page: Page, entry: str) -> Any:
+    return page.page.locator(f"#catalog li[data-id='{entry}']")
+
+
+def _wait_part(part: Path, size: int) -> int:
+    _until(lambda: part.is_file() and part.stat().st_size >= size, 60)
+    return part.stat().st_size
+
+
+def test_a_download_is_cancelled_deleted_resumed_and_finished(
+    browser: Any, hub_ui: tuple[LiveServer, Hub, Path]
+) -> None:
+    """LOC-MODELS-38, LOC-MODELS-39: in the models view a catalog entry downloads from the
+    fake hub with its progress; cancelled, a partial entry offers **Resume (X of Y GB)** in
+    decimal GB and **Delete partial download**; deleting removes the `.part`; resuming asks
+    the site for the rest only and ends on disk."""
+    server, hub, models = hub_ui
+    page = Page(browser, server)
+    try:
+        page.open_with_key()
+        page.page.click("nav.views button[data-view=models-view]")
+        size = len(hub.repos[REPO]["tiny.gguf"])
+        for name in ("spare", "tiny"):
+            _entry(page, name).locator("button.download").click()
+            _entry(page, name).locator("progress").wait_for(timeout=30_000)
+            held = _wait_part(models / f"{name}.gguf.part", size // 3)
+            _entry(page, name).locator("button:has-text('Cancel')").click()
+            resume = _entry(page, name).locator("button.resume")
+            resume.wait_for(timeout=30_000)
+            x, y = f"{held / 1e9:.2f}", f"{size / 1e9:.2f}"
+            assert resume.inner_text() == f"Resume ({x} of {y} GB)"
+            assert _entry(page, name).locator("button.delete-partial").inner_text() == (
+                "Delete partial download"
+            )
+        _entry(page, "spare").locator("button.delete-partial").click()
+        _entry(page, "spare").locator("button.download").wait_for(timeout=10_000)
+        assert not (models / "spare.gguf.part").exists()
+        hub.release.set()
+        _entry(page, "tiny").locator("button.resume").click()
+        _entry(page, "tiny").locator("text=On disk").wait_for(timeout=120_000)
+        assert hub.requests[-1]["range"] == f"bytes={held}-"
+        assert (models / "tiny.gguf").stat().st_size == size
+        assert page.csp_violations() == []
+    finally:
+        page.close()
+
+
+def test_hugging_face_search_inspect_and_add(
+    browser: Any, hub_ui: tuple[LiveServer, Hub, Path]
+) -> None:
+    """LOC-HFS-09, LOC-HFI-26: text that is not a repository (`not_a_repo`) is searched
+    for; a repository found lists its models; inspecting one shows the server's disk and
+    memory sentences as they are; adding it puts it in the catalog."""
+    server, _, _ = hub_ui
+    page = Page(browser, server)
+    try:
+        page.open_with_key()
+        page.page.click("nav.views button[data-view=models-view]")
+        page.page.fill("#hf-text", "tiny")
+        page.page.click("#hf-form button[type=submit]")
+        page.page.locator(f"#hf-repos button.repo:has-text('{REPO}')").click()
+        with page.page.expect_response("**/api/hf/inspect") as answered:
+            page.page.locator("#hf-models button.inspect").first.click()
+        verdict = answered.value.json()["verdict"]
+        page.page.locator("#hf-inspect .disk").wait_for(timeout=30_000)
+        assert page.page.locator("#hf-inspect .disk").inner_text() == verdict["disk"]
+        assert page.page.locator("#hf-inspect .memory").inner_text() == verdict["memory"]
+        assert "MiB" in verdict["disk"]
+        page.page.click("#hf-inspect button.add")
+        page.page.locator("#catalog li[data-id^='hf:']").first.wait_for(timeout=10_000)
+        assert any(e["added"] for e in _api(server, "GET", "/api/models")["catalog"])
+        assert page.csp_violations() == []
+    finally:
+        page.close()

@@ -109,9 +109,10 @@ class Events(_Events):
 
 
 class Running:
-    def __init__(self, base: str, models: Path) -> None:
+    def __init__(self, base: str, models: Path, app: Server) -> None:
         self.base = base
         self.models = models
+        self.app = app
         self.api = httpx.Client(base_url=f"{base}/api", timeout=WAIT_S)
 
     def entry(self, entry_id: str) -> dict[str, Any]:
@@ -154,8 +155,9 @@ def server(
         download_retry_wait_s=0.05,
         download_retry_wait_max_s=0.2,
     )
-    with uvicorn_serving(Server(settings, preload=False), graceful_s=1.0) as port:
-        running = Running(f"http://127.0.0.1:{port}", models)
+    app = Server(settings, preload=False)
+    with uvicorn_serving(app, graceful_s=1.0) as port:
+        running = Running(f"http://127.0.0.1:{port}", models, app)
         yield running
         running.api.close()
 
@@ -344,6 +346,33 @@ def test_cancel_keeps_the_part_and_a_new_start_resumes(
     assert server.entry("split")["status"] == "on_disk"
     missing = server.api.delete("/models/download/split", headers=JSON)
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_a_job_s_last_event_finds_it_ended(server: Running, hub: tuple[Hub, str]) -> None:
+    """LOC-DL-17, LOC-MODELS-34: when a job's last event (`cancelled`, `done`) is sent, the
+    entry no longer counts as downloading, so a client that lists the catalog on that event
+    reads the entry's new status (the web UI does), never a stale `downloading`."""
+    fake, _ = hub
+    fake.faults[SPLIT[0]] = Fault(stall=200_000)
+    state = server.app.state
+    ends: list[tuple[str, bool]] = []
+
+    def observe(data: dict[str, Any]) -> None:
+        if data["state"] in ("cancelled", "done", "error"):
+            ends.append((data["state"], state.downloads.running(data["id"])))
+
+    server.app.bus.tap("download", observe)
+    with Events(server.base) as events:
+        assert server.start("split").status_code == 202
+        events.wait_for(
+            lambda seen: any(n == "download" and d["received"] >= 200_000 for n, d in seen)
+        )
+        assert server.api.delete("/models/download/split", headers=JSON).status_code == 200
+        server.wait_state(events, "split", "cancelled")
+        fake.release.set()
+        assert server.start("split").status_code == 202
+        server.wait_state(events, "split", "done")
+    assert ends == [("cancelled", False), ("done", False)]
 
 
 def test_no_space_is_507_and_writes_nothing(
