@@ -272,9 +272,13 @@ async function reply() {
   let reasoning = "";
   const calls = {};
   try {
+    const body = { model, messages: conversation, stream: true };
+    if ($("show-activations").checked) {
+      body.return_sae_activations = { positions: "completion", top_k: 5 };
+    }
     const response = await api("/v1/chat/completions", {
       method: "POST",
-      json: { model, messages: conversation, stream: true },
+      json: body,
       signal: controller.signal,
     });
     if (!response.ok) {
@@ -283,9 +287,13 @@ async function reply() {
     }
     const steering = response.headers.get("X-miLLM-Steering");
     if (steering) view.meta.append(el("span", [`Steering: ${steering}`], { class: "steering" }));
+    const tokens = [];
+    let activations = null;
     for await (const { data } of sse(response)) {
       if (data === "[DONE]") break;
       const chunk = JSON.parse(data);
+      if (chunk.millm?.sae_activations) activations = chunk.millm.sae_activations;
+      if (chunk.millm_steering) view.meta.replaceChildren(el("span", [`Steering: ${chunk.millm_steering}`], { class: "steering" }));
       const delta = chunk.choices?.[0]?.delta || {};
       if (delta.reasoning_content) {
         reasoning += delta.reasoning_content;
@@ -298,6 +306,7 @@ async function reply() {
         held.arguments += call.function?.arguments || "";
       }
       if (delta.content) {
+        tokens.push(delta.content); // a stream sends each generated token's text as it comes
         content += delta.content;
         view.body.replaceChildren(render(content));
       }
@@ -305,12 +314,43 @@ async function reply() {
         ...Object.values(calls).map((c) => el("div", [el("code", [`${c.name}(${c.arguments})`])], { class: "tool-call" })),
       );
     }
+    if (activations) view.node.append(heatmap(activations, tokens));
   } catch (error) {
     if (error.name !== "AbortError") showError(error);
   } finally {
     conversation.push({ role: "assistant", content });
     setRunning(null);
   }
+}
+
+// -- the activation heatmap: a reply's tokens coloured by a chosen feature ----------
+
+function heatmap(activations, tokens) {
+  const positions = activations.positions;
+  const first = positions.length ? positions[0].position : 0;
+  const features = [...new Set(positions.flatMap((p) => p.features.map((f) => f.index)))];
+  const chosen = el("select", features.map((f) => el("option", [`feature ${f}`], { value: String(f) })), { class: "feature" });
+  const row = el("div", [], { class: "tokens" });
+  const paint = () => {
+    const index = Number(chosen.value);
+    const values = positions.map((p) => p.features.find((f) => f.index === index)?.value || 0);
+    const top = Math.max(...values.map(Math.abs), 1e-9);
+    row.replaceChildren(
+      ...positions.map((p, i) => {
+        const text = tokens[p.position - first] ?? `#${p.token_id}`;
+        const span = el("span", [text], {
+          class: "token",
+          "data-value": values[i].toFixed(3),
+          "data-level": String(Math.round((Math.abs(values[i]) / top) * 5)), // 0..5: the stylesheet's shades
+          title: p.features.map((f) => `feature ${f.index}: ${f.value.toFixed(3)}`).join("\n"),
+        });
+        return span;
+      }),
+    );
+  };
+  chosen.addEventListener("change", paint);
+  paint();
+  return el("div", [el("div", [`SAE ${activations.sae_id} at layer ${activations.layer}: `, chosen], { class: "meta" }), row], { class: "heatmap" });
 }
 
 $("ask").addEventListener("submit", (event) => {
@@ -398,6 +438,7 @@ for (const button of document.querySelectorAll("nav.views button")) {
     }
     if (button.dataset.view === "settings-view") showSettings().catch(showError);
     if (button.dataset.view === "models-view") showModels().catch(showError);
+    if (button.dataset.view === "steering-view") showSteering().catch(showError);
   });
 }
 
@@ -644,6 +685,66 @@ async function inspect(repo, name) {
     el("p", [found.verdict.memory], { class: "memory" }),
     add,
   );
+}
+
+// -- steering: SAEs, attachments and their live values as sliders -----------------
+
+async function showSteering() {
+  const [saes, state] = await Promise.all([apiJson("/api/saes"), apiJson("/api/steering")]);
+  $("steering-now").textContent = state.steering;
+  $("saes").replaceChildren(
+    ...saes.data.map((sae) =>
+      el("li", [
+        `${sae.id} · layer ${sae.layer} · ${sae.d_sae} features `,
+        button("Attach", async () => {
+          await apiJson("/api/steering/attachments", { method: "POST", json: { sae_id: sae.id } });
+          await showSteering();
+        }, { class: "attach", "data-sae": sae.id }),
+      ]),
+    ),
+  );
+  $("attachments").replaceChildren(...state.attachments.map(attachmentView));
+}
+
+const pending = {}; // features added in the page, not yet given a strength: by attachment
+
+function attachmentView(attachment) {
+  const path = `/api/steering/attachments/${encodeURIComponent(attachment.sae_id)}/${attachment.layer}`;
+  const key = `${attachment.sae_id}@${attachment.layer}`;
+  const features = attachment.features.map((f) => ({ ...f }));
+  for (const index of pending[key] || []) {
+    if (!features.some((f) => f.index === index)) features.push({ index, strength: 0 });
+  }
+  const send = async () => {
+    const set = features.filter((f) => f.strength !== 0);
+    const change = set.length
+      ? await apiJson(`${path}/features`, { method: "PUT", json: { features: set } })
+      : await apiJson(`${path}/features`, { method: "DELETE" });
+    $("steering-now").textContent = change.steering;
+  };
+  const rows = features.map((feature) => {
+    const slider = el("input", [], { type: "range", min: "-20", max: "20", step: "0.5", class: "strength", "data-index": String(feature.index), "aria-label": `Feature ${feature.index} strength` });
+    slider.value = String(feature.strength);
+    const shown = el("span", [String(feature.strength)], { class: "note" });
+    slider.addEventListener("input", () => { shown.textContent = slider.value; });
+    slider.addEventListener("change", () => {
+      feature.strength = Number(slider.value);
+      send().catch(showError);
+    });
+    return el("div", [el("label", [`Feature ${feature.index}`]), slider, shown], { class: "param" });
+  });
+  const index = el("input", [], { type: "number", min: "0", max: String(attachment.d_sae - 1), class: "feature-index", "aria-label": "Feature index" });
+  const add = button("Add feature", async () => {
+    const value = Number(index.value);
+    if (index.value === "" || !Number.isInteger(value) || value < 0 || value >= attachment.d_sae) return;
+    (pending[key] ||= []).push(value);
+    await showSteering();
+  }, { class: "add-feature" });
+  return el("fieldset", [
+    el("legend", [`${attachment.sae_id} at layer ${attachment.layer}${attachment.live ? "" : " (not steering now)"}`]),
+    ...rows,
+    el("div", [index, add], { class: "actions" }),
+  ], { "data-sae": attachment.sae_id });
 }
 
 listModels().catch(showError);

@@ -11,6 +11,7 @@ Content-Security-Policy violations.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
 from tests.e2e.hostile_output import CASES
 from tests.fakehub import Fault, Hub, serve_hub
@@ -412,3 +414,85 @@ def test_hugging_face_search_inspect_and_add(
         assert page.csp_violations() == []
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def steer_ui(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[LiveServer]:
+    """SmolLM2 on transformers with the trained SAEs in its saes directory, keyed."""
+    env = {"MISERVER_SAES_DIR": str(saes_dir)}
+    args = ["--default-max-tokens", "24"]  # short replies: the test reads their statements
+    with live_server(tmp_path_factory.mktemp("e2e-ui-steer"), env, args=args, key=KEY) as running:
+        yield running
+
+
+def _steering_of(turn: Any) -> str:
+    meta = turn.locator(".meta .steering")
+    meta.wait_for(timeout=30_000)
+    return str(meta.inner_text()).removeprefix("Steering: ")
+
+
+def test_a_slider_steers_the_next_reply_and_its_statement_says_so(
+    browser: Any, steer_ui: LiveServer
+) -> None:
+    """Issue 22 (steering): an SAE attached from the steering view, a feature added and its
+    strength set with a slider; the next reply's steering statement (the stream's
+    `millm_steering`, the X-miLLM-Steering value) changes from `none` to the live set, and
+    is the one the steering view shows for a request without steering fields."""
+    page = Page(browser, steer_ui)
+    try:
+        page.open_with_key()
+        before = _steering_of(page.send("Tell me about your favourite place."))
+        assert before == "none"
+        page.page.click("nav.views button[data-view=steering-view]")
+        page.page.locator(f"#saes button.attach[data-sae='{SAE_ID}']").click()
+        fieldset = page.page.locator(f"#attachments fieldset[data-sae='{SAE_ID}']")
+        fieldset.locator("input.feature-index").fill("3")
+        fieldset.locator("button.add-feature").click()
+        slider = page.page.locator(f"#attachments fieldset[data-sae='{SAE_ID}'] input.strength")
+        slider.wait_for(timeout=10_000)
+        slider.fill("8")
+        _until(lambda: _api(steer_ui, "GET", "/api/steering")["steering"] != "none", 10)
+        live = _api(steer_ui, "GET", "/api/steering")
+        assert live["attachments"][0]["features"] == [{"index": 3, "strength": 8.0}]
+        page.page.locator(f"#steering-now:has-text('{live['steering'][:12]}')").wait_for()
+        page.page.click("nav.views button[data-view=chat-view]")
+        after = _steering_of(page.send("Tell me about your favourite place."))
+        assert after != before and after == live["steering"]
+        assert page.csp_violations() == []
+    finally:
+        page.close()
+        with contextlib.suppress(httpx.HTTPError):
+            _api(steer_ui, "DELETE", f"/api/steering/attachments/{SAE_ID}/12")
+
+
+def test_the_activation_heatmap_colours_a_reply_s_tokens(
+    browser: Any, steer_ui: LiveServer
+) -> None:
+    """Issue 22 (the heatmap), OAI-ACT-12: with activations asked for, a reply's tokens
+    are drawn coloured by a chosen feature's value (one shade a level), each with its top
+    features on hover; choosing another feature repaints them."""
+    page = Page(browser, steer_ui)
+    try:
+        page.open_with_key()
+        _api(steer_ui, "POST", "/api/steering/attachments", json={"sae_id": SAE_ID})
+        page.page.check("#show-activations")
+        turn = page.send("Name three colours.")
+        tokens = turn.locator(".heatmap .token")
+        tokens.first.wait_for(timeout=30_000)
+        assert tokens.count() >= 1
+        levels = tokens.evaluate_all("(ts) => ts.map((t) => Number(t.dataset.level))")
+        assert max(levels) == 5 and all(0 <= v <= 5 for v in levels)
+        assert "feature" in (tokens.first.get_attribute("title") or "")
+        options = turn.locator(".heatmap select.feature option")
+        assert options.count() >= 2
+        first = tokens.evaluate_all("(ts) => ts.map((t) => t.dataset.value)")
+        turn.locator(".heatmap select.feature").select_option(index=1)
+        assert tokens.evaluate_all("(ts) => ts.map((t) => t.dataset.value)") != first
+        text = "".join(tokens.evaluate_all("(ts) => ts.map((t) => t.textContent)"))
+        shown = " ".join(turn.locator(".body").inner_text().split())
+        assert text and " ".join(text.split()) in shown  # the reply's own tokens, in order
+        assert page.csp_violations() == []
+    finally:
+        page.close()
+        with contextlib.suppress(httpx.HTTPError):
+            _api(steer_ui, "DELETE", f"/api/steering/attachments/{SAE_ID}/12")
