@@ -297,14 +297,22 @@ def test_a_settings_change(page: Page, ui_server: LiveServer) -> None:
 
 
 def test_the_plan_is_applied_in_one_click(page: Page, ui_server: LiveServer) -> None:
-    """The plan in the settings view: measured on a click, its sentences shown as the
-    server words them, applied with one more click (the config's plan layer is set)."""
+    """LOC-PLAN-24, LOC-PLAN-23: the plan in the settings view: measured on a click, its
+    sentences shown as the server words them (every decision by its label, value text and
+    brief; its `group` code only picks a colour, as an attribute, never shown as a word),
+    applied with one more click (the config's plan layer is set)."""
     page.open_with_key()
     page.page.click("nav.views button[data-view=settings-view]")
     page.page.click("#plan-make")
     page.page.locator("#plan .machine").wait_for(timeout=120_000)
     plan = _api(ui_server, "GET", "/api/plan?cached=1")
     assert page.page.locator("#plan .machine").inner_text() == plan["machine"]
+    items = page.page.locator("#plan li")
+    assert items.count() == len(plan["decisions"])
+    for item, decision in zip(items.all(), plan["decisions"], strict=True):
+        assert item.get_attribute("data-group") == decision["group"]
+        text = item.inner_text()
+        assert text.startswith(decision["label"]) and decision["brief"] in text
     page.page.click("#plan-apply")
     _until(lambda: _api(ui_server, "GET", "/api/config")["plan"] is not None, 10)
     assert page.csp_violations() == []
