@@ -392,10 +392,23 @@ async function listModels() {
   showState(info);
 }
 
+let threads = 1; // the engine's own thread count, from /api/info (INFO-22), never the parameters
+
 function showState(info) {
   const words = { ready: "Ready", loading: "Loading…", planning: "Planning…", error: "Error", empty: "No model" };
   $("state").textContent = words[info.state] || info.state;
   $("state").dataset.state = info.state;
+  const model = info.state === "ready" ? info.model : null;
+  threads = model?.busy_threads || model?.compute_threads || 1;
+  // nothing about streaming before a model has loaded (INFO-21); once one has, say it
+  // runs plainly when it does not stream (INFO-20)
+  $("engine").textContent = !model
+    ? ""
+    : model.streaming
+      ? `${model.engine}, streaming experts`
+      : model.engine === "llama.cpp"
+        ? "plain llama.cpp (mmap), no expert streaming"
+        : `plain ${model.engine}, no expert streaming`;
   if (info.error) showError(info.error);
 }
 
@@ -425,6 +438,7 @@ on("done", (done) => {
 });
 on("token", (token) => {
   if (token.rss_mib) $("memory").textContent = `${Math.round(token.rss_mib)} MiB`;
+  if (token.wall_ms > 0) $("cpu").textContent = `CPU ${Math.round((100 * token.cpu_ms) / (token.wall_ms * threads))}%`;
 });
 
 

@@ -139,6 +139,7 @@ def test_a_streamed_chat_with_the_key(page: Page) -> None:
     turn = page.send("Say hello in five words.")
     assert turn.locator(".body").inner_text().strip()
     page.page.locator("#rate:has-text('tokens/s')").wait_for(timeout=30_000)
+    page.page.locator("#cpu:has-text('CPU ')").wait_for(timeout=30_000)
     stored = page.page.evaluate("() => localStorage.getItem('miserver.key')")
     assert stored == KEY
     api = [r for r in page.requests if "/api/" in r.url or "/v1/" in r.url]
@@ -256,9 +257,19 @@ def _until(check: Any, timeout_s: float = 120.0) -> None:
 
 
 def test_a_model_switch(page: Page, ui_server: LiveServer) -> None:
-    """The model picker: choosing another model and Load switches the session (the state
-    shown follows the `state` events) and back."""
+    """LOC-INFO-20, LOC-INFO-21, LOC-INFO-22: the model picker: choosing another model and
+    Load switches the session (the state shown follows the `state` events) and back; a
+    loaded model that does not stream says so, naming its engine; with no model loaded
+    nothing is said about streaming; the CPU share shown divides by the engine's own
+    thread count from /api/info, never a parameter."""
     page.open_with_key()
+    engine = page.page.locator("#engine")
+    assert engine.inner_text() == "plain llama.cpp (mmap), no expert streaming"
+    page.page.click("#unload")
+    page.page.locator("#state[data-state=empty]").wait_for(timeout=60_000)
+    assert engine.inner_text() == ""
+    page.page.click("#load")
+    page.page.locator("#state[data-state=ready]").wait_for(timeout=120_000)
     first = page.page.input_value("#model")
     options = page.page.eval_on_selector_all("#model option", "(os) => os.map((o) => o.value)")
     other = next(o for o in options if o != first)
@@ -297,13 +308,27 @@ def test_a_settings_change(page: Page, ui_server: LiveServer) -> None:
 
 
 def test_the_plan_is_applied_in_one_click(page: Page, ui_server: LiveServer) -> None:
-    """LOC-PLAN-24, LOC-PLAN-23: the plan in the settings view: measured on a click, its
+    """LOC-PLAN-24, LOC-PLAN-23, LOC-EVENTS-25: the plan in the settings view: measured on a
+    click (the `plan_progress` label shown while it measures), its
     sentences shown as the server words them (every decision by its label, value text and
     brief; its `group` code only picks a colour, as an attribute, never shown as a word),
     applied with one more click (the config's plan layer is set)."""
     page.open_with_key()
     page.page.click("nav.views button[data-view=settings-view]")
     page.page.click("#plan-make")
+    progress = page.page.locator("#plan-progress")
+    progress.locator("text=/./").wait_for(timeout=60_000)  # LOC-EVENTS-25: its label shown
+    labels = {
+        "Asking for devices beyond the host",
+        "Reading the model's header",
+        "Timing the engine's kernels on this model's matrices",
+        "Reading the model file",
+        "Reading the memory available",
+        "Placing the layers",
+        "Deciding the settings",
+    }
+    shown = progress.inner_text()
+    assert shown in labels or shown == "", shown
     page.page.locator("#plan .machine").wait_for(timeout=120_000)
     plan = _api(ui_server, "GET", "/api/plan?cached=1")
     assert page.page.locator("#plan .machine").inner_text() == plan["machine"]
