@@ -27,6 +27,7 @@ from tests.conftest import SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
 from tests.e2e.hostile_output import CASES
 from tests.fakehub import Fault, Hub, serve_hub
+from tests.unit.test_model_listing import write_gguf
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -367,6 +368,8 @@ def hub_ui(
     catalog = workdir / "catalog.json"
     catalog.write_text(json.dumps({"schema": "mi.catalog/v1", "models": entries}))
     models = workdir / "models"
+    models.mkdir()
+    write_gguf(models / "vision-mmproj.gguf", kind="mmproj")  # a projector (MODELS-27)
     with serve_hub(hub) as base:
         args = ["--catalog", str(catalog), "--hf-endpoint", base, "--models-dir", str(models)]
         with live_server(workdir, model=None, args=args, key=KEY) as running:
@@ -416,6 +419,23 @@ def test_a_download_is_cancelled_deleted_resumed_and_finished(
         assert hub.requests[-1]["range"] == f"bytes={held}-"
         assert (models / "tiny.gguf").stat().st_size == size
         assert page.csp_violations() == []
+    finally:
+        page.close()
+
+
+def test_files_that_are_not_models_are_listed_apart(
+    browser: Any, hub_ui: tuple[LiveServer, Hub, Path]
+) -> None:
+    """LOC-MODELS-27: a file whose `role` is neither `model` nor "" (here a projector, by its
+    header) is listed apart from the models, as a file not loaded on its own."""
+    server, _, _ = hub_ui
+    page = Page(browser, server)
+    try:
+        page.open_with_key()
+        page.page.click("nav.views button[data-view=models-view]")
+        page.page.locator("#local-other li:has-text('vision-mmproj.gguf')").wait_for()
+        assert "projector" in page.page.locator("#local-other").inner_text()
+        assert "vision-mmproj.gguf" not in page.page.locator("#local").inner_text()
     finally:
         page.close()
 
