@@ -293,6 +293,10 @@ async function reply() {
       if (data === "[DONE]") break;
       const chunk = JSON.parse(data);
       if (chunk.millm?.sae_activations) activations = chunk.millm.sae_activations;
+      if (chunk.millm_probe_verdicts) {
+        view.calls.after(el("ul", chunk.millm_probe_verdicts.map((v) =>
+          el("li", [`${v.probe}: ${v.verdict} (${v.outcome}) — ${v.reason}`], { "data-outcome": v.outcome })), { class: "verdicts" }));
+      }
       if (chunk.millm_steering) view.meta.replaceChildren(el("span", [`Steering: ${chunk.millm_steering}`], { class: "steering" }));
       const delta = chunk.choices?.[0]?.delta || {};
       if (delta.reasoning_content) {
@@ -718,6 +722,82 @@ async function showSteering() {
     ),
   );
   $("attachments").replaceChildren(...state.attachments.map(attachmentView));
+  await Promise.all([showProfiles(), showCircuits(), showProbes()]);
+}
+
+function dial(current, range, set) {
+  // the persistent dial λ, within the declared range (or the server's [0, 2])
+  const [low, high] = range || [0, 2];
+  const slider = el("input", [], { type: "range", min: String(low), max: String(high), step: "0.05", class: "dial", "aria-label": "Dial" });
+  slider.value = String(current);
+  const shown = el("span", [`λ ${current}`], { class: "note" });
+  slider.addEventListener("input", () => { shown.textContent = `λ ${slider.value}`; });
+  slider.addEventListener("change", () => set(Number(slider.value)).catch(showError));
+  return [slider, shown];
+}
+
+async function showProfiles() {
+  const profiles = await apiJson("/api/profiles");
+  $("profiles").replaceChildren(
+    ...profiles.data.map((profile) => {
+      const name = encodeURIComponent(profile.name);
+      const toggle = button(profile.active ? "Deactivate" : "Activate", async () => {
+        const change = await apiJson("/api/steering/active-profile", { method: "PUT", json: { name: profile.active ? null : profile.name } });
+        $("steering-now").textContent = change.steering;
+        await showProfiles();
+      }, { class: "activate" });
+      return el("li", [
+        el("strong", [profile.name]),
+        ` · ${profile.sae_id} at layer ${profile.layer} · ${profile.features.length} features `,
+        toggle,
+        ...dial(profile.intensity, profile.intensity_range, (intensity) =>
+          apiJson(`/api/profiles/${name}/dial`, { method: "PUT", json: { intensity } })),
+        el("p", [profile.description], { class: "note" }),
+      ], { "data-profile": profile.name, "data-active": String(profile.active) });
+    }),
+  );
+}
+
+async function showCircuits() {
+  const [circuits, active] = await Promise.all([apiJson("/api/circuits"), apiJson("/api/circuits/active")]);
+  // the evidence language a plain request gets now (RUNG-18), as the server words it
+  $("circuit-rung").textContent = active.steering ? `Evidence now: rung ${active.steering.rung}, ${active.steering.language}` : "";
+  $("circuits").replaceChildren(
+    ...circuits.data.map((circuit) => {
+      const path = `/api/circuits/${encodeURIComponent(circuit.id)}`;
+      const toggle = button(circuit.active ? "Deactivate" : "Activate", async () => {
+        const change = await apiJson(`${path}/active`, { method: circuit.active ? "DELETE" : "PUT" });
+        $("steering-now").textContent = change.steering;
+        await showCircuits();
+      }, { class: "activate" });
+      const words = circuit.error
+        ? [el("span", [circuit.error], { class: "error" })]
+        : [
+            ` · rung ${circuit.rung}: ${circuit.language} · layers ${circuit.layers.join(", ")}${circuit.live ? "" : " · not steering now"} `,
+            toggle,
+            ...dial(circuit.intensity, circuit.intensity_range, (intensity) =>
+              apiJson(`${path}/dial`, { method: "PUT", json: { intensity } })),
+          ];
+      return el("li", [el("strong", [circuit.name || circuit.id]), ...words], { "data-circuit": circuit.id, "data-rung": String(circuit.rung) });
+    }),
+  );
+}
+
+async function showProbes() {
+  const probes = await apiJson("/api/probes");
+  $("probes").replaceChildren(
+    ...probes.data.map((probe) => {
+      const path = `/api/probes/${encodeURIComponent(probe.name)}`;
+      return el("li", [
+        el("strong", [probe.name]),
+        ` · ${probe.description} · ${probe.armed ? "armed" : "not armed"} `,
+        button(probe.armed ? "Disarm" : "Arm", async () => {
+          await apiJson(`${path}/${probe.armed ? "disarm" : "arm"}`, { method: "POST", json: {} });
+          await showProbes();
+        }, { class: "arm" }),
+      ], { "data-probe": probe.name, "data-armed": String(probe.armed) });
+    }),
+  );
 }
 
 const pending = {}; // features added in the page, not yet given a strength: by attachment

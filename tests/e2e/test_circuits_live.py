@@ -20,6 +20,7 @@ from openai import AsyncOpenAI
 from miserver.steering.header import CircuitMember, NoneMember, ProfileMember, parse
 from tests.conftest import JSON, MODEL_ID, OTHER_SAE_ID, SAE_ID
 from tests.e2e.conftest import LiveServer, async_sdk, live_server
+from tests.e2e.documents import CIRCUIT, CLUSTER
 from tests.e2e.test_continuous_batching import RowWatch
 from tests.openai_reference import Check
 
@@ -27,25 +28,6 @@ pytestmark = pytest.mark.e2e
 
 HELLO: list[Any] = [{"role": "user", "content": "Tell me about your favourite place."}]
 RUNG = "X-miLLM-Circuit-Rung"
-CIRCUIT: dict[str, Any] = {
-    "schema": "mi.circuit/v1",
-    "id": "crc_live",
-    "members": [
-        {"sae_id": OTHER_SAE_ID, "layer": 6, "index": 5, "strength": 60.0},
-        {"sae_id": SAE_ID, "layer": 12, "index": 9, "strength": -80.0},
-        {"sae_id": SAE_ID, "layer": 12, "index": 5, "strength": 40.0},
-    ],
-    "intensity_range": [0.5, 1.5],
-    "evidence": {"rung": 3, "ladder": [{"rung": 3, "summary": "faithfulness-tested"}]},
-}
-CLUSTER: dict[str, Any] = {
-    "schema": "mi.cluster/v1",
-    "name": "live-cluster",
-    "sae_id": SAE_ID,
-    "layer": 12,
-    "features": [{"index": 9, "strength": -80.0}],
-    "intensity_range": [0.5, 1.5],
-}
 
 
 @pytest.fixture(scope="module")

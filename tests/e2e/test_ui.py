@@ -25,6 +25,7 @@ import pytest
 
 from tests.conftest import SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
+from tests.e2e.documents import CIRCUIT, CLUSTER
 from tests.e2e.hostile_output import CASES
 from tests.fakehub import Fault, Hub, serve_hub
 from tests.unit.test_model_listing import write_gguf
@@ -245,6 +246,8 @@ def test_the_page_s_files_are_the_packaged_ones() -> None:
 def _api(server: LiveServer, method: str, path: str, **kw: Any) -> Any:
     origin = server.base_url.removesuffix("/v1")
     headers = {"Authorization": f"Bearer {KEY}"}
+    if method not in ("GET", "HEAD"):
+        headers["Content-Type"] = "application/json"  # the server's JSON rule, body or not
     response = httpx.request(method, origin + path, headers=headers, timeout=60, **kw)
     response.raise_for_status()
     return response.json()
@@ -549,3 +552,49 @@ def test_the_activation_heatmap_colours_a_reply_s_tokens(
         page.close()
         with contextlib.suppress(httpx.HTTPError):
             _api(steer_ui, "DELETE", f"/api/steering/attachments/{SAE_ID}/12")
+
+
+def test_profiles_circuits_and_probes(
+    browser: Any, steer_ui: LiveServer, trained_probe: Path
+) -> None:
+    """Issue 22 (steering and observation): profiles and clusters listed with their dial;
+    a circuit activated from the page, its rung's evidence language shown as the server
+    words it (OAI-RUNG-18); a probe armed from the page, and the verdicts of the next
+    reply shown beside it."""
+    _api(steer_ui, "POST", "/api/steering/attachments", json={"sae_id": SAE_ID})
+    _api(steer_ui, "POST", "/api/circuits", json=CIRCUIT)
+    _api(steer_ui, "POST", "/api/clusters", json=CLUSTER)
+    _api(steer_ui, "POST", "/api/probes/import", json={"path": str(trained_probe)})
+    [probe] = _api(steer_ui, "GET", "/api/probes")["data"]
+    page = Page(browser, steer_ui)
+    try:
+        page.open_with_key()
+        page.page.click("nav.views button[data-view=steering-view]")
+        cluster = page.page.locator("#profiles li[data-profile='live-cluster']")
+        cluster.locator("input.dial").wait_for()
+        assert cluster.locator("input.dial").get_attribute("min") == "0.5"
+        circuit = page.page.locator("#circuits li[data-circuit='crc_live']")
+        circuit.locator("button.activate").click()
+        page.page.locator("#circuit-rung:has-text('Evidence now')").wait_for(timeout=10_000)
+        active = _api(steer_ui, "GET", "/api/circuits/active")
+        assert [c["id"] for c in active["circuits"]] == ["crc_live"]
+        assert active["steering"]["language"] in page.page.locator("#circuit-rung").inner_text()
+        assert active["steering"]["language"] in circuit.inner_text()
+        page.page.locator(f"#probes li[data-probe='{probe['name']}'] button.arm").click()
+        page.page.locator(f"#probes li[data-probe='{probe['name']}'][data-armed=true]").wait_for()
+        page.page.click("nav.views button[data-view=chat-view]")
+        turn = page.send("Bonjour, comment allez-vous ?")
+        verdicts = turn.locator(".verdicts li")
+        verdicts.first.wait_for(timeout=30_000)
+        assert probe["name"] in verdicts.first.inner_text()
+        assert "crc_live" in _steering_of(turn)
+        assert page.csp_violations() == []
+    finally:
+        page.close()
+        for method, path in (
+            ("DELETE", "/api/circuits/crc_live/active"),
+            ("POST", f"/api/probes/{probe['name']}/disarm"),
+            ("DELETE", f"/api/steering/attachments/{SAE_ID}/12"),
+        ):
+            with contextlib.suppress(httpx.HTTPError):
+                _api(steer_ui, method, path)
