@@ -271,6 +271,15 @@ async function reply() {
   let content = "";
   let reasoning = "";
   const calls = {};
+  let painting = false;
+  const paint = () => {
+    if (painting) return;
+    painting = true;
+    requestAnimationFrame(() => {
+      painting = false;
+      view.body.replaceChildren(render(content));
+    });
+  };
   try {
     const body = { model, messages: conversation, stream: true };
     if ($("show-activations").checked) {
@@ -312,12 +321,13 @@ async function reply() {
       if (delta.content) {
         tokens.push(delta.content); // a stream sends each generated token's text as it comes
         content += delta.content;
-        view.body.replaceChildren(render(content));
+        paint(); // once a frame at most: a long reply is not parsed again for every token
       }
       view.calls.replaceChildren(
         ...Object.values(calls).map((c) => el("div", [el("code", [`${c.name}(${c.arguments})`])], { class: "tool-call" })),
       );
     }
+    view.body.replaceChildren(render(content)); // the whole reply, whatever frame is pending
     if (activations) view.node.append(heatmap(activations, tokens));
   } catch (error) {
     if (error.name !== "AbortError") showError(error);
