@@ -239,6 +239,7 @@ function render(markdown) {
 
 const conversation = [];
 let running = null; // the AbortController of the reply being streamed
+let lastView = null; // the last assistant turn's nodes, which Continue extends
 
 function bubble(role) {
   const body = el("div", [], { class: "body" });
@@ -260,15 +261,20 @@ function setRunning(controller) {
   running = controller;
   $("send").disabled = Boolean(controller);
   $("stop").disabled = !controller;
-  $("regenerate").disabled = Boolean(controller) || !conversation.some((m) => m.role === "assistant");
+  const answered = conversation.at(-1)?.role === "assistant";
+  $("regenerate").disabled = Boolean(controller) || !answered;
+  $("continue").disabled = Boolean(controller) || !answered;
 }
 
-async function reply() {
+// `continuing`: the last assistant message goes as a partial answer to continue (a
+// trailing assistant message, OAI-CONT-01), and the reply extends its turn.
+async function reply(continuing = false) {
   const model = $("model").value || undefined;
-  const view = bubble("assistant");
+  const view = continuing && lastView ? lastView : bubble("assistant");
+  lastView = view;
   const controller = new AbortController();
   setRunning(controller);
-  let content = "";
+  let content = continuing ? conversation.at(-1).content : "";
   let reasoning = "";
   const calls = {};
   let painting = false;
@@ -332,7 +338,8 @@ async function reply() {
   } catch (error) {
     if (error.name !== "AbortError") showError(error);
   } finally {
-    conversation.push({ role: "assistant", content });
+    if (continuing) conversation.at(-1).content = content;
+    else conversation.push({ role: "assistant", content });
     setRunning(null);
   }
 }
@@ -381,6 +388,12 @@ $("ask").addEventListener("submit", (event) => {
 
 $("stop").addEventListener("click", () => running?.abort());
 
+$("continue").addEventListener("click", () => {
+  if (running || conversation.at(-1)?.role !== "assistant") return;
+  showError(null);
+  reply(true);
+});
+
 $("regenerate").addEventListener("click", () => {
   if (running || conversation.at(-1)?.role !== "assistant") return;
   conversation.pop();
@@ -391,6 +404,7 @@ $("regenerate").addEventListener("click", () => {
 $("clear").addEventListener("click", () => {
   running?.abort();
   conversation.length = 0;
+  lastView = null;
   $("chat").replaceChildren();
   setRunning(null);
 });

@@ -176,6 +176,29 @@ def test_stop_and_regenerate(page: Page) -> None:
     assert page.csp_violations() == []
 
 
+def test_continue_extends_the_last_reply(page: Page) -> None:
+    """Chat controls: Continue sends the conversation with the last reply as a trailing
+    assistant message (a partial answer to continue, OAI-CONT-01) and the new text extends
+    that same turn."""
+    page.open_with_key()
+    page.page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
+    page.page.click("#send")
+    body = page.page.locator("article.turn.assistant .body")
+    body.locator("text=/\\w+ \\w+ \\w+/").first.wait_for(timeout=60_000)
+    page.page.click("#stop")
+    page.page.locator("#continue:enabled").wait_for(timeout=10_000)
+    before = " ".join(body.inner_text().split())
+    with page.page.expect_request("**/v1/chat/completions") as asked:
+        page.page.click("#continue")
+    sent = json.loads(asked.value.post_data or "{}")["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant"] and sent[-1]["content"].strip()
+    page.page.locator("#send:enabled").wait_for(timeout=120_000)
+    after = " ".join(body.inner_text().split())
+    assert page.page.locator("article.turn.assistant").count() == 1
+    assert len(after) > len(before) and after.startswith(before[: len(before) // 2])
+    assert page.csp_violations() == []
+
+
 def _fake_reply(text: str) -> str:
     """A chat completion stream whose one reply is `text`, in three chunks."""
     third = max(1, len(text) // 3)
