@@ -463,10 +463,13 @@ on("state", (info) => {
 });
 on("done", (done) => {
   if (done.tok_s) $("rate").textContent = `${done.tok_s.toFixed(1)} tokens/s`;
+  $("flash").textContent = done.flash_wait_s_tok > 0 ? `flash ${Math.round(done.flash_wait_s_tok * 1000)} ms a token` : "";
 });
 on("token", (token) => {
   if (token.rss_mib) $("memory").textContent = `${Math.round(token.rss_mib)} MiB`;
   if (token.wall_ms > 0) $("cpu").textContent = `CPU ${Math.round((100 * token.cpu_ms) / (token.wall_ms * threads))}%`;
+  // "flash" from flash_wait_* alone, whatever the session's mode (EVENTS-30)
+  $("flash").textContent = token.flash_wait_ms > 0 ? `flash ${Math.round(token.flash_wait_ms)} ms` : "";
 });
 
 

@@ -621,3 +621,28 @@ def test_profiles_circuits_and_probes(
         ):
             with contextlib.suppress(httpx.HTTPError):
                 _api(steer_ui, method, path)
+
+
+@pytest.mark.parametrize(
+    ("wait_ms", "shown"), [(12.4, "flash 12 ms"), (0, "")], ids=["waits", "none"]
+)
+def test_flash_is_shown_from_the_flash_wait_alone(page: Page, wait_ms: float, shown: str) -> None:
+    """LOC-EVENTS-30: the page shows "flash" from a token event's `flash_wait_ms` alone (this
+    server's are 0, so the event stream is answered here with one that waits), and
+    nothing when it is 0."""
+    token = {
+        "request_id": "r", "step": 1, "steps": 8, "wall_ms": 20.0, "compute_ms": 18.0,
+        "cpu_ms": 30.0, "rss_mib": 700.0, "mem_available_mib": 9000.0, "majflt": 0,
+        "io_ms": 0, "mgmt_ms": 0, "stall_ms": 0, "flash_wait_ms": wait_ms, "read_mib": 0,
+    }  # fmt: skip
+    body = f"event: token\ndata: {json.dumps(token)}\n\n"
+    page.page.route(
+        "**/api/events",
+        lambda route: route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=body
+        ),
+    )
+    page.open_with_key()
+    page.page.locator("#memory:has-text('700 MiB')").wait_for(timeout=10_000)
+    assert page.page.locator("#flash").inner_text() == shown
+    assert page.csp_violations() == []
