@@ -173,6 +173,27 @@ class CatalogDocument(BaseModel):
     models: list[Model]
 
 
+class Token(RootModel[int]):
+    root: Annotated[int, Field(ge=0, le=2147483647)]
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    tokens: Annotated[list[Token], Field(max_length=65536, min_length=1)]
+
+
+class Detokenized(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="The resident model whose tokenizer decoded them.")
+    ]
+    pieces: list[str]
+
+
 class HfSearchRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",

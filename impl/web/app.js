@@ -287,9 +287,9 @@ async function reply(continuing = false) {
     });
   };
   try {
-    const body = { model, messages: conversation, stream: true };
+    const body = { model, messages: conversation, stream: true, stream_options: { include_usage: true } };
     if ($("show-activations").checked) {
-      body.return_sae_activations = { positions: "completion", top_k: 5 };
+      body.return_sae_activations = { positions: "all", top_k: 5 }; // the prompt's tokens too
     }
     const response = await api("/v1/chat/completions", {
       method: "POST",
@@ -302,12 +302,13 @@ async function reply(continuing = false) {
     }
     const steering = response.headers.get("X-miLLM-Steering");
     if (steering) view.meta.append(el("span", [`Steering: ${steering}`], { class: "steering" }));
-    const tokens = [];
     let activations = null;
+    let promptTokens = 0;
     for await (const { data } of sse(response)) {
       if (data === "[DONE]") break;
       const chunk = JSON.parse(data);
       if (chunk.millm?.sae_activations) activations = chunk.millm.sae_activations;
+      if (chunk.usage?.prompt_tokens) promptTokens = chunk.usage.prompt_tokens;
       if (chunk.millm_probe_verdicts) {
         view.calls.after(el("ul", chunk.millm_probe_verdicts.map((v) =>
           el("li", [`${v.probe}: ${v.verdict} (${v.outcome}) — ${v.reason}`], { "data-outcome": v.outcome })), { class: "verdicts" }));
@@ -325,7 +326,6 @@ async function reply(continuing = false) {
         held.arguments += call.function?.arguments || "";
       }
       if (delta.content) {
-        tokens.push(delta.content); // a stream sends each generated token's text as it comes
         content += delta.content;
         paint(); // once a frame at most: a long reply is not parsed again for every token
       }
@@ -334,7 +334,11 @@ async function reply(continuing = false) {
       );
     }
     view.body.replaceChildren(render(content)); // the whole reply, whatever frame is pending
-    if (activations) view.node.append(heatmap(activations, tokens));
+    if (activations?.positions.length) {
+      const ids = activations.positions.map((p) => p.token_id);
+      const { pieces } = await apiJson("/api/detokenize", { method: "POST", json: { tokens: ids } });
+      view.node.append(heatmap(activations, pieces, promptTokens));
+    }
   } catch (error) {
     if (error.name !== "AbortError") showError(error);
   } finally {
@@ -346,9 +350,10 @@ async function reply(continuing = false) {
 
 // -- the activation heatmap: a reply's tokens coloured by a chosen feature ----------
 
-function heatmap(activations, tokens) {
+// `pieces`: each position's token text (POST /api/detokenize); positions before
+// `promptTokens` are the prompt's.
+function heatmap(activations, pieces, promptTokens) {
   const positions = activations.positions;
-  const first = positions.length ? positions[0].position : 0;
   const features = [...new Set(positions.flatMap((p) => p.features.map((f) => f.index)))];
   const chosen = el("select", features.map((f) => el("option", [`feature ${f}`], { value: String(f) })), { class: "feature" });
   const row = el("div", [], { class: "tokens" });
@@ -358,9 +363,8 @@ function heatmap(activations, tokens) {
     const top = Math.max(...values.map(Math.abs), 1e-9);
     row.replaceChildren(
       ...positions.map((p, i) => {
-        const text = tokens[p.position - first] ?? `#${p.token_id}`;
-        const span = el("span", [text], {
-          class: "token",
+        const span = el("span", [pieces[i]], {
+          class: p.position < promptTokens ? "token prompt" : "token",
           "data-value": values[i].toFixed(3),
           "data-level": String(Math.round((Math.abs(values[i]) / top) * 5)), // 0..5: the stylesheet's shades
           title: p.features.map((f) => `feature ${f.index}: ${f.value.toFixed(3)}`).join("\n"),

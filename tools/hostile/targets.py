@@ -177,6 +177,7 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
         "/api/decide",
         {"prefix": "Is the sky blue?", "suffix": " Answer:", "choices": ["yes", "no"]},
     ),
+    "detokenize": ("POST", "/api/detokenize", {"tokens": [1, 2, 3]}),
     "attach": ("POST", "/api/steering/attachments", {"sae_id": "hostile-sae", "layer": 0}),
     "detach": ("DELETE", SAE, None),
     "features-put": (
