@@ -351,22 +351,36 @@ async function reply(continuing = false) {
 // -- the activation heatmap: a reply's tokens coloured by a chosen feature ----------
 
 // `pieces`: each position's token text (POST /api/detokenize); positions before
-// `promptTokens` are the prompt's.
+// `promptTokens` are the prompt's. The features are offered by their weight on the
+// reply (the sum of their values over its tokens), the heaviest first. The shades
+// are scaled to the chosen feature's largest value past the first token: models
+// pile activation on the first position (an attention sink), which would otherwise
+// leave every other token unshaded; the first token is shaded at most 5.
 function heatmap(activations, pieces, promptTokens) {
   const positions = activations.positions;
-  const features = [...new Set(positions.flatMap((p) => p.features.map((f) => f.index)))];
+  const weight = new Map();
+  for (const p of positions) {
+    for (const f of p.features) {
+      const onReply = p.position >= promptTokens ? Math.abs(f.value) : 0;
+      weight.set(f.index, (weight.get(f.index) || 0) + onReply);
+    }
+  }
+  const features = [...weight.keys()].sort((a, b) => weight.get(b) - weight.get(a) || a - b);
   const chosen = el("select", features.map((f) => el("option", [`feature ${f}`], { value: String(f) })), { class: "feature" });
+  const scale = el("span", [], { class: "note scale" });
   const row = el("div", [], { class: "tokens" });
   const paint = () => {
     const index = Number(chosen.value);
     const values = positions.map((p) => p.features.find((f) => f.index === index)?.value || 0);
-    const top = Math.max(...values.map(Math.abs), 1e-9);
+    const past = values.filter((_, i) => positions[i].position > 0).map(Math.abs);
+    const top = Math.max(...(past.some((v) => v > 0) ? past : values.map(Math.abs)), 1e-9);
+    scale.textContent = ` darkest at ${top.toFixed(2)} and above`;
     row.replaceChildren(
       ...positions.map((p, i) => {
         const span = el("span", [pieces[i]], {
           class: p.position < promptTokens ? "token prompt" : "token",
           "data-value": values[i].toFixed(3),
-          "data-level": String(Math.round((Math.abs(values[i]) / top) * 5)), // 0..5: the stylesheet's shades
+          "data-level": String(Math.min(5, Math.round((Math.abs(values[i]) / top) * 5))), // 0..5: the stylesheet's shades
           title: p.features.map((f) => `feature ${f.index}: ${f.value.toFixed(3)}`).join("\n"),
         });
         return span;
@@ -375,7 +389,7 @@ function heatmap(activations, pieces, promptTokens) {
   };
   chosen.addEventListener("change", paint);
   paint();
-  return el("div", [el("div", [`SAE ${activations.sae_id} at layer ${activations.layer}: `, chosen], { class: "meta" }), row], { class: "heatmap" });
+  return el("div", [el("div", [`SAE ${activations.sae_id} at layer ${activations.layer}: `, chosen, scale], { class: "meta" }), row], { class: "heatmap" });
 }
 
 $("ask").addEventListener("submit", (event) => {

@@ -649,3 +649,46 @@ def test_flash_is_shown_from_the_flash_wait_alone(page: Page, wait_ms: float, sh
     page.page.locator("#memory:has-text('700 MiB')").wait_for(timeout=10_000)
     assert page.page.locator("#flash").inner_text() == shown
     assert page.csp_violations() == []
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "artifacts" / "ui"
+VIEWPORTS = [(1280, 800), (390, 844)]
+VIEWS = ["chat-view", "models-view", "steering-view", "settings-view"]
+
+
+def test_screenshots_of_each_view_at_desktop_and_phone_sizes(
+    browser: Any, steer_ui: LiveServer
+) -> None:
+    """Issue 22 (screenshots), LOC-SEC-40: each view at 1280x800 and 390x844, with an SAE
+    attached, a feature steered and a reply with its heatmap, saved as PNGs under
+    build/artifacts/ui/; at each size no view is wider than the window (nothing to scroll
+    sideways), and no page reports a CSP violation."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    _api(steer_ui, "POST", "/api/steering/attachments", json={"sae_id": SAE_ID})
+    _api(
+        steer_ui, "PUT", f"/api/steering/attachments/{SAE_ID}/12/features",
+        json={"features": [{"index": 3, "strength": 4.0}]},
+    )  # fmt: skip
+    page = Page(browser, steer_ui)
+    try:
+        page.page.set_viewport_size({"width": 1280, "height": 800})
+        page.open_with_key()
+        page.page.check("#show-activations")
+        page.send("Name three colours.").locator(".heatmap .token").first.wait_for(timeout=30_000)
+        saved = []
+        for width, height in VIEWPORTS:
+            page.page.set_viewport_size({"width": width, "height": height})
+            for view in VIEWS:
+                page.page.click(f"nav.views button[data-view={view}]")
+                page.page.locator(f"#{view}:not([hidden])").wait_for()
+                wide = page.page.evaluate("() => document.documentElement.scrollWidth")
+                assert wide <= width, f"{view} at {width}x{height} is {wide} px wide"
+                path = ARTIFACTS / f"{view.removesuffix('-view')}-{width}x{height}.png"
+                page.page.screenshot(path=str(path))
+                saved.append(path)
+        assert all(path.stat().st_size > 5_000 for path in saved)
+        assert page.csp_violations() == []
+    finally:
+        page.close()
+        with contextlib.suppress(httpx.HTTPError):
+            _api(steer_ui, "DELETE", f"/api/steering/attachments/{SAE_ID}/12")
