@@ -264,6 +264,17 @@ class BatchRow(Protocol):
     def cached(self) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Joiner:
+    """One prompt joining a batch with others (`Batch.join_all`): `join`'s arguments."""
+
+    prompt_ids: Sequence[int]
+    params: SamplingParams
+    rng: Rng | None
+    steering: SteeringSource | None = None
+    monitor: Monitor | None = None
+
+
 class Batch(Protocol):
     """Rows decoded together, one token each per step (continuous batching).
 
@@ -291,6 +302,11 @@ class Batch(Protocol):
         """Prefill a prompt into a free row and pick its first token; the row's passes, its
         prefill and every step, run under `steering` (engines with `steering` only) and feed
         `monitor` (engines with `monitoring` only; the prefill then reuses no kept prefix)."""
+        ...
+
+    def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
+        """`join` each, in order of the result: a joiner refused (or whose prefill failed)
+        gets its exception, the others their row. An engine may prefill them together."""
         ...
 
     def step(self, rows: Sequence[BatchRow]) -> None:

@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from miserver.engines.base import BatchRow, ChatPrompt, Constraint, LoadOptions, SamplingParams
+from miserver.engines.base import (
+    BatchRow,
+    ChatPrompt,
+    Constraint,
+    Joiner,
+    LoadOptions,
+    SamplingParams,
+)
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
 from tests.integration.test_llamacpp_engine import greedy, run, smollm2_gguf
 
@@ -38,11 +45,22 @@ def engine() -> Iterator[LlamaCppEngine]:
     loaded.close()
 
 
-def drive(engine: LlamaCppEngine, asks: Sequence[tuple[list[int], SamplingParams]]) -> list[Any]:
-    """Join every ask, step until each row ends (EOS or its budget), leave it; the ids."""
+def drive(
+    engine: LlamaCppEngine,
+    asks: Sequence[tuple[list[int], SamplingParams]],
+    together: bool = False,
+) -> list[Any]:
+    """Join every ask (one by one, or `together` through `join_all`), step until each row
+    ends (EOS or its budget), leave it; the ids."""
     batch = engine.batch
     assert batch is not None
-    rows: list[BatchRow] = [batch.join(ids, params, None) for ids, params in asks]
+    rows: list[BatchRow]
+    if together:
+        joined = batch.join_all([Joiner(ids, params, None) for ids, params in asks])
+        rows = [row for row in joined if not isinstance(row, Exception)]
+        assert len(rows) == len(asks), joined
+    else:
+        rows = [batch.join(ids, params, None) for ids, params in asks]
     out: list[list[int]] = [[] for _ in rows]
     live = list(range(len(rows)))
     while live:
@@ -118,9 +136,9 @@ def test_a_returning_prompt_reuses_its_rows_prefix(engine: LlamaCppEngine) -> No
 
 def test_busy_rows_stay_one_block_and_a_moved_row_decodes_on(engine: LlamaCppEngine) -> None:
     """OAI-CBM-02, OAI-CBM-14 (throughput): llama.cpp splits a step into one forward pass per
-    run of consecutive sequences (batch.py), so the busy sequences stay one block: a row
-    leaving from inside it is replaced by the block's last row, KV and all, and every row,
-    moved or not, still gives the tokens it gives alone."""
+    run of consecutive sequences (batch.py), so the busy sequences stay one block: a hole a
+    row leaves inside it is filled, by the next step, with the block's last row, KV and
+    all, and every row, moved or not, still gives the tokens it gives alone."""
     batch = engine.batch
     assert batch is not None
     asks = [(prompt(engine, t), greedy(12)) for t in TOPICS[:4]]
@@ -133,13 +151,57 @@ def test_busy_rows_stay_one_block_and_a_moved_row_decodes_on(engine: LlamaCppEng
             made.append(row.last.token_id)
     batch.leave(rows[1])
     live = [rows[0], rows[2], rows[3]]
-    seqs = sorted(row.seq for row in live)  # type: ignore[attr-defined]
-    assert seqs == list(range(seqs[0], seqs[0] + len(live)))
     while len(out[0]) < 12:
         batch.step(live)
+        seqs = sorted(row.seq for row in live)  # type: ignore[attr-defined]
+        assert seqs == list(range(seqs[0], seqs[0] + len(live)))
         for i in (0, 2, 3):
             out[i].append(rows[i].last.token_id)
     for row in live:
         batch.leave(row)
     assert [out[i] for i in (0, 2, 3)] == [alone[i] for i in (0, 2, 3)]
     assert out[1] == alone[1][:4]
+
+
+def test_prompts_joining_together_prefill_together_and_keep_their_prefixes(
+    engine: LlamaCppEngine,
+) -> None:
+    """OAI-CBM-02, OAI-CBM-14 (throughput): prompts that arrive together join through
+    `join_all`, what is new of each prefilled in shared batches (batch.py), and each row
+    gives the tokens it gives joined alone; when the same prompts come back together, in
+    another order, each lands on the sequence that kept its prefix (it takes the ends of
+    the busy block in turn, copying no KV) and runs only its last token."""
+    batch = engine.batch
+    assert batch is not None
+    asks = [(prompt(engine, t), greedy(16)) for t in TOPICS[:4]]
+    alone = [drive(engine, [ask])[0] for ask in asks]
+    assert drive(engine, asks, together=True) == alone
+    back = list(reversed(asks))
+    joined = batch.join_all([Joiner(ids, params, None) for ids, params in back])
+    try:
+        assert [row.cached for row in joined] == [len(ids) - 1 for ids, _ in back]  # type: ignore[union-attr]
+        seqs = sorted(row.seq for row in joined)  # type: ignore[union-attr]
+        assert seqs == list(range(seqs[0], seqs[0] + len(back)))
+    finally:
+        for row in joined:
+            batch.leave(row)  # type: ignore[arg-type]
+
+
+def test_a_refused_joiner_fails_alone(engine: LlamaCppEngine) -> None:
+    """OAI-CBM-02: among prompts joining together, one holding an id outside the vocabulary
+    gets its own error, and the others their rows, which decode as they do alone."""
+    batch = engine.batch
+    assert batch is not None
+    good = (prompt(engine, "bread"), greedy(8))
+    joined = batch.join_all(
+        [Joiner([1, engine.facts.vocab_size + 5], greedy(8), None), Joiner(*good, None)]
+    )
+    assert isinstance(joined[0], ValueError)
+    row = joined[1]
+    assert not isinstance(row, Exception)
+    out = [row.last.token_id]
+    while len(out) < 8 and not row.last.eos:
+        batch.step([row])
+        out.append(row.last.token_id)
+    batch.leave(row)
+    assert out == drive(engine, [good])[0]

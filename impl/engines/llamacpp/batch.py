@@ -10,6 +10,11 @@ sequence:
   The free sequence kept from an earlier row whose ids share the longest
   prefix with the prompt is taken, and that prefix is not run again
   (LOC-CHAT-43, per slot); otherwise the least recently used one.
+  `join_all` joins several prompts that arrived together: each takes its
+  sequence first (those whose kept prefix lies at an end of the busy block
+  first, so that no KV is copied where none need be), then what is new of
+  every prompt runs in the same batches, as llama.cpp's server prefills its
+  slots, rather than one forward pass or more per prompt.
 - `step` feeds every row's newest token in one batch and picks each row's
   next token from its own logits row: its own penalties and grammar mask,
   then its own sampler (sampling.py: greedy, or a chain with its
@@ -24,10 +29,11 @@ previous one's plus one (`split_equal`, sequential), and each micro-batch
 reads every weight again: rows on sequences 0 and 2, or fed as 1 then 0,
 cost two passes. So the busy sequences are kept one unbroken block and a
 step feeds its rows in sequence order. A row joins at either end of the
-block (when the sequence holding its prefix is elsewhere, that sequence's
-KV is copied there: `llama_memory_seq_cp` copies a whole stream); a row
-that leaves from inside the block is filled by moving the block's last row
-into its sequence, KV and all.
+block or in a hole inside it (when the sequence holding its prefix is
+elsewhere, that sequence's KV is copied there: `llama_memory_seq_cp` copies
+a whole stream); a hole that a row left inside the block and no row joined
+is filled, before the next step, by moving the block's last row into it, KV
+and all (rows that end in the same step all leave, and none moves).
 
 Everything runs in the engine's one worker thread; nothing here is locked.
 """
@@ -62,6 +68,16 @@ class Row:
     guide: Guide | None = None
     cached: int = 0  # prompt tokens its sequence already held
     open: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A prompt for `Rows.join_all`, with its sampling as `join` takes it."""
+
+    prompt_ids: Sequence[int]
+    params: SamplingParams
+    seed: int | None = None
+    guide: Guide | None = None
 
 
 @dataclass(slots=True)
@@ -110,10 +126,67 @@ class Rows:
         ids = prompt_row(prompt_ids, self.window)
         seq, kept = self._take(ids)
         index = self._prefill(seq, ids, kept)  # the sequence stays free if this fails
+        row = self._row(seq, ids, kept, params, seed, guide)
+        row.last = self._pick(row, index)
+        self._sequences[seq].row = row
+        return row
+
+    def join_all(self, joiners: Sequence[Joining]) -> list[Row]:
+        """`join` each, their new tokens prefilled together; the rows in `joiners`' order.
+        A failed prefill leaves every one of their sequences free and raises."""
+        self._check_open()
+        prompts = [prompt_row(j.prompt_ids, self.window) for j in joiners]
+        if len(prompts) > self.capacity - len(self._busy()):
+            raise RuntimeError("every row of the batch is taken")
+        rows: list[Row | None] = [None] * len(joiners)
+        try:
+            left = list(range(len(joiners)))
+            while left:
+                i = self._next_joiner(left, prompts)
+                left.remove(i)
+                seq, kept = self._take(prompts[i])
+                joiner = joiners[i]
+                made = self._row(seq, prompts[i], kept, joiner.params, joiner.seed, joiner.guide)
+                self._sequences[seq].row = made  # busy now: the next one takes an end beside it
+                rows[i] = made
+            self._prefill_all(sorted((r for r in rows if r is not None), key=lambda r: r.seq))
+        except BaseException:
+            for row in rows:
+                if row is not None:  # its sequence free again, holding what its KV surely does
+                    row.open = False
+                    row.sampler.close()
+                    self._sequences[row.seq].row = None
+                    self._sequences[row.seq].held = row.held[: row.cached]
+            raise
+        return [row for row in rows if row is not None]
+
+    def _next_joiner(self, left: list[int], prompts: list[list[int]]) -> int:
+        """Which of the prompts `left` takes its sequence next: of those whose best kept
+        prefix lies at an end of the busy block, the one that keeps most (it takes that
+        sequence as it is, copying no KV); when none does, the first."""
+        ends = self._ends()
+        free = [n for n, s in enumerate(self._sequences) if s.row is None]
+        best: tuple[int, int] | None = None  # (kept, -i)
+        for i in left:
+            kept = {n: self._shared(n, prompts[i]) for n in free}
+            at_end = max(kept[n] for n in ends)
+            if at_end == max(kept.values()) and (best is None or (at_end, -i) > best):
+                best = (at_end, -i)
+        return left[0] if best is None else -best[1]
+
+    def _row(
+        self,
+        seq: int,
+        ids: list[int],
+        kept: int,
+        params: SamplingParams,
+        seed: int | None,
+        guide: Guide | None,
+    ) -> Row:
         penalties = None
         if not is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
             penalties = Penalties(params.frequency_penalty, params.presence_penalty)
-        row = Row(
+        return Row(
             seq=seq,
             held=ids,
             last=Token(token_id=-1, eos=False),
@@ -123,13 +196,11 @@ class Rows:
             guide=guide,
             cached=kept,
         )
-        row.last = self._pick(row, index)
-        self._sequences[seq].row = row
-        return row
 
     def step(self, rows: Sequence[Row]) -> None:
         """Feed each row's newest token, in one decode, and pick each row's next (`row.last`)."""
         self._check_open()
+        self._compact()
         batch = self._batch
         rows = sorted(rows, key=lambda row: row.seq)  # one micro-batch, not one per row
         for i, row in enumerate(rows):
@@ -151,9 +222,8 @@ class Rows:
         row.sampler.close()
         sequence = self._sequences[row.seq]
         sequence.held, sequence.row = row.held, None
-        busy = self._busy()
-        if busy and busy[0] < row.seq < busy[-1]:  # a hole inside the block
-            self._move(busy[-1], row.seq)
+        # a hole left inside the block is filled by a joiner, or at the next step (`_compact`):
+        # rows that end in the same step leave one by one, and none of them moves
 
     def close(self) -> None:
         """Free the context and the batch; a row still open fails at its next step."""
@@ -174,12 +244,28 @@ class Rows:
         return [n for n, s in enumerate(self._sequences) if s.row is not None]
 
     def _ends(self) -> list[int]:
-        """The free sequences a row may join on and keep the busy ones one block: those
-        next to the block, or every one when none is busy."""
+        """The free sequences a row may join on and keep the busy ones one block: the holes
+        in the block and those next to it, or every one when none is busy."""
         busy = self._busy()
         if not busy:
             return list(range(self.capacity))
-        return [n for n in (busy[0] - 1, busy[-1] + 1) if 0 <= n < self.capacity]
+        around = range(max(busy[0] - 1, 0), min(busy[-1] + 2, self.capacity))
+        return [n for n in around if self._sequences[n].row is None]
+
+    def _compact(self) -> None:
+        """Close the holes in the busy block: the block's last row moves into each."""
+        busy = self._busy()
+        while busy and busy[-1] - busy[0] + 1 > len(busy):
+            hole = next(n for n in range(busy[0], busy[-1]) if self._sequences[n].row is None)
+            self._move(busy[-1], hole)
+            busy = self._busy()
+
+    def _shared(self, n: int, ids: list[int]) -> int:
+        """How many of `ids` sequence `n` holds (at most all but the last)."""
+        held = self._sequences[n].held
+        limit = min(len(held), len(ids) - 1)
+        differ = np.flatnonzero(np.asarray(held[:limit]) != np.asarray(ids[:limit]))
+        return int(differ[0]) if differ.size else int(limit)
 
     def _take(self, ids: list[int]) -> tuple[int, int]:
         """A free sequence for `ids` and how many of them its KV keeps (at most all but the
@@ -192,10 +278,7 @@ class Rows:
         sequences = self._sequences
 
         def shared(n: int) -> int:
-            limit = min(len(sequences[n].held), len(ids) - 1)
-            held = np.asarray(sequences[n].held[:limit])
-            differ = np.flatnonzero(held != np.asarray(ids[:limit]))
-            return int(differ[0]) if differ.size else int(limit)
+            return self._shared(n, ids)
 
         def rank(n: int) -> tuple[int, int]:
             return shared(n), -sequences[n].used
@@ -239,6 +322,24 @@ class Rows:
             fill(self._batch, ids[start : start + self._n_batch], start, seq, len(ids) - 1)
             self._decode()
         return (len(ids) - kept - 1) % self._n_batch
+
+    def _prefill_all(self, rows: list[Row]) -> None:
+        """Run what is new of each row's prompt (`held[cached:]`), the rows in sequence order,
+        in batches of up to n_batch tokens; each row's first token is picked from its last
+        prompt token's logits, in the batch that held it."""
+        tokens = [(row, pos) for row in rows for pos in range(row.cached, len(row.held))]
+        for start in range(0, len(tokens), self._n_batch):
+            chunk = tokens[start : start + self._n_batch]
+            ends: list[tuple[Row, int]] = []
+            for j, (row, pos) in enumerate(chunk):
+                last = pos == len(row.held) - 1
+                put(self._batch, j, row.held[pos], pos, row.seq, last)
+                if last:
+                    ends.append((row, j))
+            self._batch.n_tokens = len(chunk)
+            self._decode()
+            for row, j in ends:
+                row.last = self._pick(row, j)
 
     def _decode(self) -> None:
         status = llama_cpp.llama_decode(self._ctx, self._batch)

@@ -12,11 +12,13 @@ from typing import Any
 import llama_cpp
 
 from ..base import (
+    BatchRow,
     Capability,
     ChatPrompt,
     Constraint,
     Decision,
     EmbeddingsDisabled,
+    Joiner,
     ModelFacts,
     Prefilled,
     Rng,
@@ -31,7 +33,7 @@ from ..grammar import Grammars
 from ..monitor import Monitor
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding, grammar
-from .batch import Row, Rows
+from .batch import Joining, Row, Rows
 from .context import Context
 from .deciding import KeptPrefix
 from .decoding import check_ids, decode
@@ -260,14 +262,40 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         steering: SteeringSource | None = None,
         monitor: Monitor | None = None,
     ) -> Row:
-        if steering is not None and steering.layers():
+        joining = self._joining(Joiner(prompt_ids, params, rng, steering, monitor))
+        return self._rows.join(prompt_ids, params, seed=joining.seed, guide=joining.guide)
+
+    def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
+        """Each joiner checked as `join` checks it (a refusal is that joiner's alone), then
+        the others prefilled together (`Rows.join_all`); a failed prefill is all of theirs."""
+        joined: dict[int, BatchRow | Exception] = {}
+        ready: dict[int, Joining] = {}
+        for i, joiner in enumerate(joiners):
+            try:
+                ready[i] = self._joining(joiner)
+            except Exception as exc:  # this prompt's fault: this row only
+                joined[i] = exc
+        if ready:
+            try:
+                rows = self._rows.join_all(list(ready.values()))
+            except Exception as exc:  # the prefill's fault: every row that joined with it
+                joined.update(dict.fromkeys(ready, exc))
+            else:
+                joined.update(zip(ready, rows, strict=True))
+        return [joined[i] for i in range(len(joiners))]
+
+    def _joining(self, joiner: Joiner) -> Joining:
+        """What `Rows` takes for a joiner: its grammar and seed made as the serial path makes
+        them; refused if it asks for steering or probes, or holds an id out of the vocabulary."""
+        if joiner.steering is not None and joiner.steering.layers():
             raise ValueError("the GGUF engine cannot steer")
-        if monitor is not None:
+        if joiner.monitor is not None:
             raise ValueError("the GGUF engine reads no residual stream for probes")
+        rng = joiner.rng
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
-        check_ids(prompt_ids, self._engine.facts.vocab_size)
-        constraint = params.constraint
+        check_ids(joiner.prompt_ids, self._engine.facts.vocab_size)
+        constraint = joiner.params.constraint
         guide = None if constraint is None else self._engine.grammars.guide(constraint)
         seed = None if rng is None else rng.next()
-        return self._rows.join(prompt_ids, params, seed=seed, guide=guide)
+        return Joining(joiner.prompt_ids, joiner.params, seed, guide)

@@ -6,8 +6,9 @@ client); the others keep decoding. Each step is one job on the engine's
 worker thread, so work that needs the engine between steps (a load, a
 decision, a serial request) waits for one step, not for the batch.
 
-Before a step, the choices that joined since the last one are prefilled
-and their first tokens delivered (`_admit`); a step (`_step`) then feeds
+Before a step, the choices that joined since the last one are prefilled,
+together where the engine can (`Batch.join_all`), and their first tokens
+delivered (`_admit`); a step (`_step`) then feeds
 every row's newest token in one forward pass and takes each row's next. A
 step's events reach their readers together once it is over. Each row's tokens go through the
 same `ChoiceText` as on the serial path, so a choice's text, stop strings
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ...engines.base import Batch, BatchRow, Engine
+from ...engines.base import Batch, BatchRow, Engine, Joiner
 from .generation import (
     ChoiceEnd,
     ChoiceFailed,
@@ -150,8 +151,20 @@ class Batcher:
         token."""
         self._drop_cancelled()  # a client that left frees its row before anyone takes it
         started = time.perf_counter()
+        live = []
         for member in joining:
-            self._join(member, started)
+            if member.cancel.is_set():  # the client left before its turn
+                member.end(ChoiceEnd("cancelled", 0, 0))
+            else:
+                live.append(member)
+        if not live:
+            return
+        joiners = [
+            Joiner(m.job.prompt_ids, m.job.params, m.job.rng, m.job.steering, m.job.monitor)
+            for m in live
+        ]
+        for member, row in zip(live, self.batch.join_all(joiners), strict=True):
+            self._joined(member, row, started)
 
     def _step(self, joined: int) -> None:
         """Blocking, on the engine's thread: one token for every row (`joined`: first tokens
@@ -174,19 +187,12 @@ class Batcher:
                 self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
         self._rows = [m for m in self._rows if not m.ended]
 
-    def _join(self, member: _Member, started: float) -> None:
-        if member.cancel.is_set():  # the client left before its turn
-            member.end(ChoiceEnd("cancelled", 0, 0))
+    def _joined(self, member: _Member, row: BatchRow | Exception, started: float) -> None:
+        if isinstance(row, Exception):  # this prompt's fault or the engine's: this row only
+            log.error("joining the batch failed", exc_info=row)
+            member.end(ChoiceFailed(row))
             return
-        try:
-            job = member.job
-            member.row = self.batch.join(
-                job.prompt_ids, job.params, job.rng, job.steering, monitor=job.monitor
-            )
-        except Exception as exc:  # this prompt's fault or the engine's: this row only
-            log.exception("joining the batch failed")
-            member.end(ChoiceFailed(exc))
-            return
+        member.row = row
         member.text.cached = member.row.cached
         if member.row.budget <= 0:  # the prompt fills the window
             self._leave(member, member.text.finish("length"))
