@@ -32,9 +32,11 @@ BATCH = 512  # tokens a bare batch holds
 Run = common.Run
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Batched(Run):
-    """Rows at once: `tokens` / `seconds` is the aggregate, `rows` each row's own run."""
+    """Rows at once: `tokens` / `seconds` is the aggregate, `rows` each row's own run. Its own
+    fields are keywords only: Run's may grow (it did: `ttft`), and a positional `prefill`
+    would land in the new field."""
 
     prefill: float = 0.0  # seconds before the first step (bare only)
     rows: tuple[Run, ...] = ()
@@ -139,4 +141,4 @@ def bare_rows(bare: Bare, prompts: Sequence[Sequence[int]], tokens: int) -> Batc
     seconds = time.perf_counter() - prefilled
     texts = [bare.llama.detokenize(row[1:]).decode("utf-8", "replace") for row in made]
     rows = tuple(Run(tokens, seconds, text) for text in texts)
-    return Batched(tokens * len(rows), seconds, texts[0], prefilled - started, rows)
+    return Batched(tokens * len(rows), seconds, texts[0], prefill=prefilled - started, rows=rows)

@@ -112,7 +112,7 @@ def bare_rows(model: PreTrainedModel, prompts: Sequence[Sequence[int]], tokens: 
             position = position + 1
     seconds = time.perf_counter() - prefilled
     rows = tuple(Run(tokens, seconds, "") for _ in prompts)
-    return Batched(tokens * k, seconds, "", prefilled - started, rows)
+    return Batched(tokens * k, seconds, "", prefill=prefilled - started, rows=rows)
 
 
 # -- the server ------------------------------------------------------------------------
