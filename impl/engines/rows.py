@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from .base import BatchRow, Joiner, Rng, SamplingParams, SteeringSource
-from .monitor import Monitor
+from .base import BatchRow
 
 R = TypeVar("R")
 R_contra = TypeVar("R_contra", contravariant=True)
@@ -44,8 +43,8 @@ def prompt_row(prompt_ids: Sequence[int], window: int) -> list[int]:
 
 
 class RowsBatchBase(Generic[T, R]):
-    """`Batch` less `join` (and with `join_all` joining each alone), over `rows` (an
-    engine's `Rows`) whose rows are `row_type`."""
+    """`Batch` less `join` and `join_all`, over `rows` (an engine's `Rows`) whose rows are
+    `row_type`."""
 
     def __init__(self, rows: T, row_type: type[R]) -> None:
         self._rows = rows
@@ -58,30 +57,6 @@ class RowsBatchBase(Generic[T, R]):
     @property
     def window(self) -> int:
         return self._rows.window
-
-    def join(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        rng: Rng | None,
-        steering: SteeringSource | None = None,
-        monitor: Monitor | None = None,
-    ) -> R:
-        raise NotImplementedError  # the engine's own RowsBatch
-
-    def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
-        """Each joins alone, in turn (an engine whose rows prefill together overrides it)."""
-        joined: list[BatchRow | Exception] = []
-        for joiner in joiners:
-            try:
-                row = self.join(
-                    joiner.prompt_ids, joiner.params, joiner.rng, joiner.steering, joiner.monitor
-                )
-            except Exception as exc:  # this prompt's fault or the engine's: this row only
-                joined.append(exc)
-            else:
-                joined.append(row)  # type: ignore[arg-type]
-        return joined
 
     def step(self, rows: Sequence[BatchRow]) -> None:
         self._rows.step([self._own(row) for row in rows])

@@ -13,10 +13,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..base import (
+    BatchRow,
     Capability,
     ChatPrompt,
     Constraint,
     Decision,
+    Joiner,
     ModelFacts,
     Prefilled,
     Rng,
@@ -290,3 +292,14 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         return self._rows.join(
             prompt_ids, params, rng=rng, guide=guide, steering=steering, monitor=monitor
         )
+
+    def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
+        """Each joins alone, in turn: a row prefills as a batch of one, under its own
+        steering (batch.py); a refusal or failure is that joiner's alone."""
+        joined: list[BatchRow | Exception] = []
+        for j in joiners:
+            try:
+                joined.append(self.join(j.prompt_ids, j.params, j.rng, j.steering, j.monitor))
+            except Exception as exc:  # this prompt's fault or the engine's: this row only
+                joined.append(exc)
+        return joined
