@@ -51,7 +51,7 @@ from llama_cpp import _internals
 from ..base import SamplingParams, Token
 from ..grammar import Guide
 from ..rows import prompt_row
-from .batches import fill, put
+from .batches import put
 from .sampling import Logits, Penalties, Sampler, is_no_op_penalty, sampler
 
 
@@ -121,14 +121,9 @@ class Rows:
         seed: int | None = None,
         guide: Guide | None = None,
     ) -> Row:
-        """Prefill `prompt_ids` into a free sequence and pick its first token."""
-        self._check_open()
-        ids = prompt_row(prompt_ids, self.window)
-        seq, kept = self._take(ids)
-        index = self._prefill(seq, ids, kept)  # the sequence stays free if this fails
-        row = self._row(seq, ids, kept, params, seed, guide)
-        row.last = self._pick(row, index)
-        self._sequences[seq].row = row
+        """Prefill `prompt_ids` into a free sequence and pick its first token (`join_all` of
+        one: the sequence stays free if the prefill fails)."""
+        [row] = self.join_all([Joining(prompt_ids, params, seed, guide)])
         return row
 
     def join_all(self, joiners: Sequence[Joining]) -> list[Row]:
@@ -315,13 +310,6 @@ class Rows:
         self._sequences[target].row, self._sequences[source].row = row, None
         self._sequences[target].used = next(self._clock)
         row.seq = target
-
-    def _prefill(self, seq: int, ids: list[int], kept: int) -> int:
-        """Run `ids[kept:]` on `seq` in chunks of n_batch; the batch index of the last."""
-        for start in range(kept, len(ids), self._n_batch):
-            fill(self._batch, ids[start : start + self._n_batch], start, seq, len(ids) - 1)
-            self._decode()
-        return (len(ids) - kept - 1) % self._n_batch
 
     def _prefill_all(self, rows: list[Row]) -> None:
         """Run what is new of each row's prompt (`held[cached:]`), the rows in sequence order,

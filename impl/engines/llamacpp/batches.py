@@ -2,9 +2,10 @@
 
 The serial context (context.py) and the rows' context (batch.py) feed
 llama.cpp through batches made once with `llama_batch_init`; `put` writes one
-token of one sequence, `fill` a prompt's chunk with logits for the prompt's
-last token only. A batch is typed `Any`: llama-cpp-python's ctypes fields
-(`seq_id` a pointer to pointers) have no types a checker can follow.
+token of one sequence (the rows' prefill puts several prompts' tokens in one
+batch), `fill` one prompt's chunk with logits for the prompt's last token
+only. A batch is typed `Any`: llama-cpp-python's ctypes fields (`seq_id` a
+pointer to pointers) have no types a checker can follow.
 """
 
 from __future__ import annotations
