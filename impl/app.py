@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
 from .errors import ApiError, internal_error
+from .http.operations import decorated_once
 from .http.pages import Pages
 from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
@@ -156,11 +157,14 @@ def _registry(settings: Settings) -> tuple[ModelRegistry, str | None]:
 def build_connexion() -> AsyncApp:
     """The Connexion app for spec/openapi, with OpenAI-format errors everywhere."""
     spec_dir = Path(str(resources.files("miserver.spec") / "openapi"))
-    app = AsyncApp(
-        __name__,
-        specification_dir=spec_dir,
-        # the documents are served as written by handlers.contract, not as Connexion resolves them
-        swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
+    app = decorated_once(
+        AsyncApp(
+            __name__,
+            specification_dir=spec_dir,
+            # the documents are served as written by handlers.contract, not as Connexion
+            # resolves them
+            swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
+        )
     )
     bodies = {"v1.yaml": OpenAIBodyValidator, "api.yaml": LocalBodyValidator}  # LOC-GEN-14
     for document, body in bodies.items():

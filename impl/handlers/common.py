@@ -80,23 +80,20 @@ def service() -> CompletionService:
     return state().completions
 
 
-async def _until_disconnected() -> None:
-    while not await request.is_disconnected():
-        await asyncio.sleep(DISCONNECT_POLL_SECONDS)
-
-
 async def _unless_disconnected(
     work: Awaitable[Reply | StreamReply],
 ) -> Reply | StreamReply | None:
-    """Run `work`; if the client leaves first, cancel it (generation stops at the next token)."""
+    """Run `work`; if the client leaves first, cancel it (generation stops at the next token).
+    The client is looked at each `DISCONNECT_POLL_SECONDS` the work runs on: work done
+    sooner (a stream's start, on a resident model) pays for no watcher."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnected())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        while not (await asyncio.wait({task}, timeout=DISCONNECT_POLL_SECONDS))[0]:
+            if await request.is_disconnected():
+                break
+    except BaseException:  # this request was cancelled itself: its work goes with it
+        task.cancel()
+        raise
     if task.done():
         return task.result()
     task.cancel()

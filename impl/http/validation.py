@@ -10,14 +10,26 @@ of the wrong type, which is `invalid_request` as REQ-003 LOC-CHAT-04 says
 body that is not a JSON object, or holds a field of the wrong JSON type
 (LOC-GEN-14); a value its schema refuses (a range, a choice, a
 missing field) is `invalid_parameter` there too (docs/DECISIONS.md, statuses).
+
+Each operation's schema is compiled once. A body is first checked by
+jsonschema-rs (microseconds, against a copy of the schema that spells
+OpenAPI's `nullable` as JSON Schema's `null`); only a body it refuses goes to
+the Python validator, Connexion's own, which decides and words the error. So a
+body is refused exactly when Connexion's validator refuses it, as long as the
+fast check accepts nothing that validator refuses (tests/unit/test_validation.py
+holds the two to that).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import jsonschema_rs
+from connexion.json_schema import Draft4RequestValidator
 from connexion.validators import JSONRequestBodyValidator, ParameterValidator
+from jsonschema import Draft4Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from ..errors import ApiError, InvalidParameter
@@ -44,6 +56,61 @@ def _describe(error: ValidationError) -> tuple[str, str]:
     return param, f"Invalid value for `{param}`: {shown} fails `{rule}` ({expected})."
 
 
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One operation's body schema, compiled both ways."""
+
+    schema: dict[str, Any]  # held, so that its id is never another schema's
+    fast: Any  # jsonschema_rs.Draft4Validator, over `with_null(schema)`
+    full: Draft4Validator  # Connexion's request validator: the judge, and the words
+
+    @classmethod
+    def of(cls, schema: dict[str, Any]) -> Compiled:
+        fast = jsonschema_rs.Draft4Validator(with_null(schema), validate_formats=True)
+        full = Draft4RequestValidator(schema, format_checker=Draft4Validator.FORMAT_CHECKER)
+        return cls(schema, fast, full)
+
+    def passes(self, body: Any) -> bool:
+        """Whether the fast check accepts `body` (False: ask `full`)."""
+        try:
+            return bool(self.fast.is_valid(body))
+        except (ValueError, TypeError, OverflowError):  # a value it cannot read: let full judge
+            return False
+
+
+_COMPILED: dict[int, Compiled] = {}  # by id(schema): Connexion hands each operation's own dict
+MAX_COMPILED = 512  # more than the documents hold operations: a bound, never reached
+
+
+def compiled(schema: dict[str, Any]) -> Compiled:
+    found = _COMPILED.get(id(schema))
+    if found is None or found.schema is not schema:
+        if len(_COMPILED) >= MAX_COMPILED:
+            _COMPILED.clear()
+        found = _COMPILED[id(schema)] = Compiled.of(schema)
+    return found
+
+
+def with_null(schema: Any) -> Any:
+    """A copy of `schema` where `nullable: true` (or `x-nullable`) is JSON Schema: `null`
+    joins its `type` and its `enum`, which is what Connexion's validator lets through
+    (connexion.json_schema.allow_nullable) and no more."""
+    if isinstance(schema, list):
+        return [with_null(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    copy = {key: with_null(value) for key, value in schema.items()}
+    if copy.get("x-nullable") is True or copy.get("nullable"):  # as allow_nullable reads it
+        kind = copy.get("type")
+        if isinstance(kind, str):
+            copy["type"] = [kind, "null"]
+        elif isinstance(kind, list) and "null" not in kind:
+            copy["type"] = [*kind, "null"]
+        if isinstance(copy.get("enum"), list) and None not in copy["enum"]:
+            copy["enum"] = [*copy["enum"], None]
+    return copy
+
+
 class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
     """JSON bodies checked against the operation's schema; failures as OpenAI errors."""
 
@@ -62,7 +129,10 @@ class OpenAIBodyValidator(JSONRequestBodyValidator):  # type: ignore[misc]
     def _validate(self, body: Any) -> dict[str, Any] | None:
         if body is None:
             raise ApiError(self.mistyped, "The request needs a JSON body.", "body")
-        errors = list(self._validator.iter_errors(body))
+        schema = compiled(self._schema)
+        if schema.passes(body):
+            return None
+        errors = list(schema.full.iter_errors(body))
         error = best_match(errors)
         if error is not None:
             param, message = _describe(error)

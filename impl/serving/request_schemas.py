@@ -17,6 +17,10 @@ REQUESTS = {
 }
 
 
+MAX_DECLARED = 4096  # more nodes than the documents hold: a bound, never reached
+_DECLARED: dict[int, tuple[Mapping[str, Any], dict[str, Schema] | None]] = {}  # by id(node)
+
+
 @dataclass(frozen=True, slots=True)
 class Schema:
     """One schema node inside an OpenAPI document."""
@@ -38,7 +42,16 @@ class Schema:
         return [me._resolve(b) for b in alts] if alts else [me]
 
     def properties(self) -> dict[str, Schema] | None:
-        """Declared members (None for a free-form object or a non-object schema)."""
+        """Declared members (None for a free-form object or a non-object schema); worked out
+        once per node (every request's body is walked against them, serving/policy.py)."""
+        found = _DECLARED.get(id(self.node))
+        if found is None or found[0] is not self.node:
+            if len(_DECLARED) >= MAX_DECLARED:
+                _DECLARED.clear()
+            found = _DECLARED[id(self.node)] = (self.node, self._properties())
+        return found[1]
+
+    def _properties(self) -> dict[str, Schema] | None:
         for branch in self._branches():
             props = branch.node.get("properties")
             if props is not None:

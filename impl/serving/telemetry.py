@@ -13,6 +13,7 @@ REQ-003 suggests for an engine that has none: 0, or -1 for "unmeasured".
 
 from __future__ import annotations
 
+import functools
 import resource
 import time
 from collections.abc import Callable
@@ -59,6 +60,12 @@ def _majflt() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)
 
 
+@functools.cache
+def _this_process() -> psutil.Process:
+    """This process, made once (a `psutil.Process` reads /proc as it is made)."""
+    return psutil.Process()
+
+
 @dataclass(slots=True, kw_only=True)
 class Meter:
     """Measures one generation and reports through `emit(name, data)`.
@@ -73,7 +80,6 @@ class Meter:
     load_s: float = 0.0
     quiet: bool = False  # nobody listens: no `token` events (and none of their readings)
     request_id: str | None = field(default_factory=request_ids.current)
-    _process: psutil.Process = field(default_factory=psutil.Process)
     _start: float = field(default_factory=time.perf_counter)
     _last: float = 0.0
     _cpu_start: float = field(default_factory=time.process_time)
@@ -108,7 +114,7 @@ class Meter:
                 "wall_ms": (now - self._last) * 1000,
                 "compute_ms": compute_s * 1000,
                 "cpu_ms": (cpu - self._cpu_last) * 1000,
-                "rss_mib": self._process.memory_info().rss / _MIB,
+                "rss_mib": _this_process().memory_info().rss / _MIB,
                 "mem_available_mib": psutil.virtual_memory().available / _MIB,
                 "majflt": flt - self._flt_last,
                 **TOKEN_ZEROS,
