@@ -14,7 +14,7 @@ from contextlib import aclosing
 from typing import Any
 
 from ..errors import ApiError, internal_error
-from ..serving.results import Comment
+from ..serving.results import Comment, Encoded
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,16 @@ def data(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
-async def frames(events: AsyncGenerator[dict[str, Any] | Comment, None]) -> AsyncIterator[bytes]:
+async def frames(
+    events: AsyncGenerator[dict[str, Any] | Encoded | Comment, None],
+) -> AsyncIterator[bytes]:
     """The wire bytes of a stream of chunks."""
     async with aclosing(events) as source:
         try:
             async for event in source:
-                if isinstance(event, Comment):
+                if isinstance(event, Encoded):
+                    yield b"data: " + event.json.encode("utf-8") + b"\n\n"
+                elif isinstance(event, Comment):
                     yield f": {event.text}\n\n".encode()
                 else:
                     yield data(event)

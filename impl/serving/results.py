@@ -15,6 +15,14 @@ class Comment:
 
 
 @dataclass(frozen=True, slots=True)
+class Encoded:
+    """A chunk already written as JSON text: a stream's per-token chunks, made from a
+    template of their stream (serving/completions/shapes.py) rather than a dict each."""
+
+    json: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """A whole JSON body and the headers that go with it."""
 
@@ -26,5 +34,5 @@ class Reply:
 class StreamReply:
     """Events to send as SSE `data:` lines (or comments), and the response's headers."""
 
-    events: AsyncGenerator[dict[str, Any] | Comment, None]
+    events: AsyncGenerator[dict[str, Any] | Encoded | Comment, None]
     headers: dict[str, str]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -62,3 +63,30 @@ def test_chat_messages_say_refusal_null() -> None:
     chat = shapes.choice("chat", 0, "Hello", "stop")
     assert chat["message"] == {"role": "assistant", "content": "Hello", "refusal": None}
     assert "message" not in shapes.choice("completions", 0, "Hello", "stop")
+
+
+TEXTS = [
+    "Hi",
+    "",
+    " history",
+    'quote " and \\ back',
+    "line\nbreak\ttab",
+    "é😀中",
+    "\x00\x1f\x7f",
+    "\u2028",
+]
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_a_text_chunk_is_the_characters_its_dict_would_be(
+    endpoint: str, include_usage: bool
+) -> None:
+    """OAI-STREAM-01: the per-token chunk made from its stream's template (`Chunks.text`) is,
+    character for character, the JSON of the chunk `content` builds, for every choice index
+    and any text (escapes, control characters, non-ASCII)."""
+    out = shapes.Envelope.new(endpoint, "m").chunks(FINGERPRINT, include_usage)
+    for index in (0, 1, 12):
+        for text in TEXTS:
+            whole = out.content([shapes.delta(endpoint, index, text, None)])
+            assert out.text(index, text).json == json.dumps(whole, ensure_ascii=False)

@@ -44,7 +44,7 @@ from ..chat.thinking import settle
 from ..chat.tools import format_header
 from ..events import EventBus
 from ..prompts import TextPrompt, TokenPrompt
-from ..results import Comment, Reply, StreamReply
+from ..results import Comment, Encoded, Reply, StreamReply
 from ..scheduler import Scheduler, Slot, Ticket, claim, granted, holding
 from ..telemetry import Meter
 from . import shapes
@@ -535,7 +535,7 @@ class CompletionService:
 
     async def _events(
         self, plan: Plan, ticket: Ticket
-    ) -> AsyncGenerator[dict[str, Any] | Comment, None]:
+    ) -> AsyncGenerator[dict[str, Any] | Encoded | Comment, None]:
         try:
             while not await self._scheduler.wait(ticket, self._settings.queue_heartbeat):
                 yield Comment("waiting for a turn")
@@ -555,7 +555,7 @@ class CompletionService:
 
     async def _streamed(
         self, plan: Plan, engine: Engine, out: shapes.Chunks, ticket: Ticket
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[dict[str, Any] | Encoded]:
         """The stream's chunks once the slot is held: the choices, then the probe verdicts,
         the activations and the steering chunk (OAI-PROBE-08, open point 19). A stream that
         ends early records its probe results as `interrupted` (OAI-PROBE-09)."""
@@ -602,7 +602,7 @@ class CompletionService:
         *,
         ticket: Ticket,
         runs: list[Started],
-    ) -> AsyncIterator[dict[str, Any] | _Finished]:
+    ) -> AsyncIterator[dict[str, Any] | Encoded | _Finished]:
         """Prompt i's content chunks, then its finish (the caller adds the usage); the
         choice joins `runs` as it starts."""
         endpoint = plan.request.endpoint
@@ -618,7 +618,12 @@ class CompletionService:
                 if plan.output is not None:
                     document.append(event.text)
                 if piece := reply.push(event.text):
-                    yield out.content([_delta(endpoint, i, piece)])
+                    plain = piece.content and not piece.reasoning  # most tokens: made quickly
+                    yield (
+                        out.text(i, piece.content)
+                        if plain
+                        else out.content([_delta(endpoint, i, piece)])
+                    )
             else:
                 reason = event.finish_reason
                 if plan.output is not None:  # an invalid document ends the stream in an error

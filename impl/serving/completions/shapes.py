@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...engines.base import ModelFacts
+from ..results import Encoded
 
 OBJECTS = {
     "chat": ("chatcmpl-", "chat.completion", "chat.completion.chunk"),
@@ -43,6 +45,10 @@ class Envelope:
         return Chunks(self, fingerprint, include_usage)
 
 
+_MARK = "\u0000text\u0000"  # stands for a chunk's text while its template is made
+_MARK_JSON = json.dumps(_MARK)  # no id, model or fingerprint holds it: JSON escapes NUL
+
+
 @dataclass(frozen=True, slots=True)
 class Chunks:
     """Every chunk of one stream, each with the same id, created, model and fingerprint.
@@ -57,6 +63,8 @@ class Chunks:
     envelope: Envelope
     fingerprint: str
     include_usage: bool
+    # per choice index, the JSON text of its text chunk before and after the text
+    _around: dict[int, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         env = self.envelope
@@ -69,6 +77,18 @@ class Chunks:
     def content(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         """A chunk of role, text or calls: never usage."""
         return self._chunk(choices)
+
+    def text(self, index: int, text: str) -> Encoded:
+        """`content([delta(endpoint, index, text, None)])` as JSON text, the same characters
+        `json.dumps(..., ensure_ascii=False)` writes for it: one string encoded per token,
+        the rest made once per choice."""
+        around = self._around.get(index)
+        if around is None:
+            whole = json.dumps(self.content([delta(self.envelope.endpoint, index, _MARK, None)]),
+                               ensure_ascii=False)  # fmt: skip
+            before, after = whole.split(_MARK_JSON)
+            around = self._around[index] = (before, after)
+        return Encoded(around[0] + json.dumps(text, ensure_ascii=False) + around[1])
 
     def finish(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
         """A choice's finish chunk; `usage` (the whole request's, given on the request's
