@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager, nullcontext
@@ -237,20 +238,28 @@ def _generate(
 
 class Inbox:
     """Where one choice's events cross from the engine's thread to the event loop. Closing
-    its reader sets `cancel`: the choice stops before its next forward pass."""
+    its reader sets `cancel`: the choice stops before its next forward pass.
+
+    A deque and the reader's one waiter, not an `asyncio.Queue`: a streamed token crosses
+    here, and the loop's every microsecond a token is one the forward pass shares its
+    cores with (docs/DECISIONS.md, the per-token chunk)."""
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._events: deque[Event] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.cancel = threading.Event()
 
     def emit(self, event: Event) -> None:
         """Safe from any thread."""
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        self._loop.call_soon_threadsafe(self.put, event)
 
     def put(self, event: Event) -> None:
         """From the event loop's own thread."""
-        self._queue.put_nowait(event)
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def read(self) -> AsyncGenerator[Event, None]:
         """The events until the end (or failure) event. A reader dropped before it started
@@ -260,9 +269,16 @@ class Inbox:
         return reader
 
     async def _read(self) -> AsyncGenerator[Event, None]:
+        events = self._events
         try:
             while True:
-                event = await self._queue.get()
+                while not events:
+                    self._waiter = self._loop.create_future()
+                    try:
+                        await self._waiter
+                    finally:
+                        self._waiter = None
+                event = events.popleft()
                 yield event
                 if not isinstance(event, TextDelta):
                     return

@@ -612,10 +612,11 @@ class CompletionService:
         if endpoint == "chat":
             yield out.content([shapes.delta(endpoint, i, "", None, role=True)])
         reply = plan.reply_stream(i)
+        output = plan.output
         document: list[str] = []  # a constrained reply, validated once it ends
         async for event in events:
             if isinstance(event, TextDelta):
-                if plan.output is not None:
+                if output is not None:
                     document.append(event.text)
                 if piece := reply.push(event.text):
                     plain = piece.content and not piece.reasoning  # most tokens: made quickly
@@ -626,8 +627,8 @@ class CompletionService:
                     )
             else:
                 reason = event.finish_reason
-                if plan.output is not None:  # an invalid document ends the stream in an error
-                    reason = plan.output.finish("".join(document), reason)
+                if output is not None:  # an invalid document ends the stream in an error
+                    reason = output.finish("".join(document), reason)
                 piece, calls = reply.finish()
                 if piece:
                     yield out.content([_delta(endpoint, i, piece)])
