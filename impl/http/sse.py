@@ -28,7 +28,12 @@ def named(name: str, payload: dict[str, Any]) -> bytes:
 
 
 def data(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n"
+    return _data(json.dumps(payload, ensure_ascii=False))
+
+
+def _data(text: str) -> bytes:
+    """One `data:` event of JSON text."""
+    return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
 async def frames(
@@ -39,7 +44,7 @@ async def frames(
         try:
             async for event in source:
                 if isinstance(event, Encoded):
-                    yield b"data: " + event.json.encode("utf-8") + b"\n\n"
+                    yield _data(event.json)
                 elif isinstance(event, Comment):
                     yield f": {event.text}\n\n".encode()
                 else:
