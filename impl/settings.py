@@ -218,6 +218,14 @@ class Settings:
         None,
         "Seconds between `: waiting for a turn` comments to a queued stream.",
     )
+    stream_interval: float = _knob(
+        0.05,
+        "STREAM_INTERVAL_SECONDS",
+        "--stream-interval",
+        "Seconds a stream's text waits to go out with more: a piece made within this time of "
+        "the last chunk sent goes in the next one (the first at once, the last with the "
+        "end); 0 sends every token's text as it is made.",
+    )
     default_max_tokens: int = _knob(
         512,
         "DEFAULT_MAX_TOKENS",

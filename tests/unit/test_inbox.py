@@ -16,6 +16,7 @@ from typing import Any
 from miserver.engines.base import SamplingParams, Token
 from miserver.serving.completions.generation import (
     ChoiceEnd,
+    ChoiceFailed,
     ChoiceJob,
     ChoiceText,
     Event,
@@ -76,3 +77,105 @@ def test_a_whole_choice_sends_its_text_in_one_delta_before_its_end() -> None:
     streamed, whole = _push_all(whole=False), _push_all(whole=True)
     assert streamed == [TextDelta("a"), TextDelta("b"), TextDelta("c"), ChoiceEnd("length", 3)]
     assert whole == [TextDelta("abc"), ChoiceEnd("length", 3)]
+
+
+class _Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _settle() -> None:
+    """Let every callback and task that is ready run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_pieces_within_the_pace_wait_and_go_out_joined() -> None:
+    """OAI-STREAM-03, OAI-STREAM-01 (docs/DECISIONS.md, a stream's text paced): the first piece
+    wakes the reader at once; a piece within `pace` of the last wake waits; the next one past
+    it wakes the reader, which reads both as one piece; an end wakes it at once, after the
+    pieces that waited."""
+
+    async def main() -> list[list[Event]]:
+        clock = _Clock()
+        inbox = Inbox(pace=0.05, clock=clock)
+        got: list[Event] = []
+        seen: list[list[Event]] = []
+
+        async def read() -> None:
+            async for event in inbox.read():
+                got.append(event)
+
+        reader = asyncio.create_task(read())
+        await _settle()
+        inbox.emit(TextDelta("a"))  # the first: at once
+        await _settle()
+        seen.append(list(got))
+        clock.now += 0.01
+        inbox.emit(TextDelta("b"))  # within the pace: waits
+        clock.now += 0.01
+        inbox.put(TextDelta("c"))  # the loop's own put paces alike
+        await _settle()
+        seen.append(list(got))
+        clock.now += 0.04  # 0.06 since "a" woke the reader
+        inbox.emit(TextDelta("d"))
+        await _settle()
+        seen.append(list(got))
+        clock.now += 0.001
+        inbox.emit(TextDelta("e"))  # waits, then goes out with the end
+        inbox.emit(ChoiceEnd("stop", 5))
+        await reader
+        seen.append(list(got))
+        return seen
+
+    first, waiting, woken, ended = asyncio.run(main())
+    assert first == [TextDelta("a")]
+    assert waiting == first
+    assert woken == [TextDelta("a"), TextDelta("bcd")]
+    assert ended == [TextDelta("a"), TextDelta("bcd"), TextDelta("e"), ChoiceEnd("stop", 5)]
+
+
+def test_no_pace_wakes_the_reader_for_every_piece() -> None:
+    """`--stream-interval 0`: each piece goes out alone, as it is made (OAI-STREAM-03)."""
+
+    async def main() -> list[Event]:
+        inbox = Inbox(pace=0.0, clock=_Clock())
+        got: list[Event] = []
+
+        async def read() -> None:
+            async for event in inbox.read():
+                got.append(event)
+
+        reader = asyncio.create_task(read())
+        for piece in "abc":
+            await _settle()
+            inbox.emit(TextDelta(piece))
+            await _settle()
+            assert got[-1] == TextDelta(piece)
+        inbox.emit(ChoiceEnd("length", 3))
+        await reader
+        return got
+
+    assert asyncio.run(main()) == [*(TextDelta(p) for p in "abc"), ChoiceEnd("length", 3)]
+
+
+def test_a_failure_wakes_the_reader_and_the_waiting_pieces_go_first() -> None:
+    """OAI-STREAM-06: a failure mid-stream reaches the reader at once, after the text that
+    waited, so the client has every piece made before the error event."""
+
+    async def main() -> list[Event]:
+        clock = _Clock()
+        inbox = Inbox(pace=10.0, clock=clock)
+        failure = ChoiceFailed(RuntimeError("boom"))
+        inbox.emit(TextDelta("a"))
+        inbox.emit(TextDelta("b"))
+        inbox.emit(failure)
+        return [event async for event in inbox.read()]
+
+    got = asyncio.run(main())
+    assert got[0] == TextDelta("ab") and isinstance(got[1], ChoiceFailed) and len(got) == 2

@@ -97,13 +97,14 @@ class Batcher:
     _rows: list[_Member] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
-    def events(self, job: ChoiceJob) -> AsyncIterator[TextDelta | ChoiceEnd]:
+    def events(self, job: ChoiceJob, pace: float = 0.0) -> AsyncIterator[TextDelta | ChoiceEnd]:
         """One choice decoded in the batch: its text pieces, then its end (as
-        `generation.choice_events`). Closing the iterator takes the row out at the next step."""
-        return delivered(self._queued(job))
+        `generation.choice_events`, `pace` too). Closing the iterator takes the row out at
+        the next step."""
+        return delivered(self._queued(job, pace))
 
-    def _queued(self, job: ChoiceJob) -> AsyncGenerator[Event, None]:
-        inbox = Inbox()
+    def _queued(self, job: ChoiceJob, pace: float) -> AsyncGenerator[Event, None]:
+        inbox = Inbox(pace)
         emit = partial(self._post, inbox)
         text = ChoiceText(self.engine, job, inbox.cancel, emit)
         self._joining.append(_Member(job=job, text=text, emit=emit, cancel=inbox.cancel))

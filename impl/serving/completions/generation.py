@@ -2,7 +2,7 @@
 
 The worker samples tokens, detokenizes them incrementally and applies stop
 sequences with hold-back, so a matched stop ends generation at that token.
-Events reach the event loop through an asyncio queue. Closing the consumer
+Events reach the event loop through an `Inbox`. Closing the consumer
 sets the cancel flag: the worker stops before the next forward pass.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 import weakref
@@ -242,21 +243,45 @@ class Inbox:
 
     A deque and the reader's one waiter, not an `asyncio.Queue`: a streamed token crosses
     here, and the loop's every microsecond a token is one the forward pass shares its
-    cores with (docs/DECISIONS.md, the per-token chunk)."""
+    cores with (docs/DECISIONS.md, the per-token chunk). For the same reason a text piece
+    wakes the reader only when `pace` seconds have passed since a piece last did (0: every
+    piece does); the pieces that wait go out with the next one that wakes it, joined into
+    one. An end always wakes the reader, so no piece waits past its choice's end. (A JSON
+    reply's text comes whole, in one piece before its end: `ChoiceJob.whole`.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, pace: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = asyncio.get_running_loop()
         self._events: deque[Event] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._pace = pace
+        self._clock = clock
+        self._woken = -math.inf  # when a text piece last woke the reader
         self.cancel = threading.Event()
 
     def emit(self, event: Event) -> None:
-        """Safe from any thread."""
-        self._loop.call_soon_threadsafe(self.put, event)
+        """From the engine's thread."""
+        self._events.append(event)
+        if self._due(event):
+            self._loop.call_soon_threadsafe(self._wake)
 
     def put(self, event: Event) -> None:
         """From the event loop's own thread."""
         self._events.append(event)
+        if self._due(event):
+            self._wake()
+
+    def _due(self, event: Event) -> bool:
+        """Whether `event` wakes the reader; a text piece that does not waits in the deque
+        for the next one that does, or for the end."""
+        if not isinstance(event, TextDelta):
+            return True
+        now = self._clock()
+        if now - self._woken < self._pace:
+            return False
+        self._woken = now
+        return True
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -279,28 +304,43 @@ class Inbox:
                     finally:
                         self._waiter = None
                 event = events.popleft()
-                yield event
-                if not isinstance(event, TextDelta):
+                if isinstance(event, TextDelta):
+                    if events and isinstance(events[0], TextDelta):
+                        event = TextDelta(_joined(event.text, events))
+                    yield event
+                else:
+                    yield event
                     return
         finally:
             self.cancel.set()
 
 
+def _joined(first: str, events: deque[Event]) -> str:
+    """`first` and the text pieces that wait after it, taken out of `events`."""
+    parts = [first]
+    while events and isinstance(waiting := events[0], TextDelta):
+        events.popleft()
+        parts.append(waiting.text)
+    return "".join(parts)
+
+
 def stream_choice(
-    engine: Engine, job: ChoiceJob, executor: Executor
+    engine: Engine, job: ChoiceJob, executor: Executor, pace: float = 0.0
 ) -> AsyncGenerator[Event, None]:
-    """The events of one choice, generated alone in the engine's thread."""
-    inbox = Inbox()
+    """The events of one choice, generated alone in the engine's thread (`pace`: as
+    `Inbox` takes it)."""
+    inbox = Inbox(pace)
     loop = asyncio.get_running_loop()
     loop.run_in_executor(executor, run_choice, engine, job, inbox.cancel, inbox.emit)
     return inbox.read()
 
 
 def choice_events(
-    engine: Engine, job: ChoiceJob, executor: Executor
+    engine: Engine, job: ChoiceJob, executor: Executor, pace: float = 0.0
 ) -> AsyncIterator[TextDelta | ChoiceEnd]:
-    """One choice as the JSON and the SSE paths both read it: its text pieces, then its end."""
-    return delivered(stream_choice(engine, job, executor))
+    """One choice as the JSON and the SSE paths both read it: its text pieces, then its end
+    (`pace`: as `Inbox` takes it)."""
+    return delivered(stream_choice(engine, job, executor, pace))
 
 
 async def delivered(events: AsyncGenerator[Event, None]) -> AsyncIterator[TextDelta | ChoiceEnd]:

@@ -406,18 +406,19 @@ class CompletionService:
         return all(len(ids) + budget <= batch.window for ids, budget in sizes)
 
     def _choice_events(
-        self, engine: Engine, job: ChoiceJob, ticket: Ticket
+        self, engine: Engine, job: ChoiceJob, ticket: Ticket, pace: float = 0.0
     ) -> AsyncIterator[TextDelta | ChoiceEnd]:
-        """One choice's events: a row of the batch when the ticket is a row, else alone."""
+        """One choice's events: a row of the batch when the ticket is a row, else alone, its
+        text pieces read at most every `pace` seconds (`generation.Inbox`)."""
         batch = engine.batch
         if not ticket.shared or batch is None:
-            return choice_events(engine, job, self._executor)
+            return choice_events(engine, job, self._executor, pace)
         batcher = self._batchers.get(batch)
         if batcher is None:
             progress = Progress(publish=self._bus.publish)
             batcher = Batcher(engine, batch, self._executor, progress)
             self._batchers[batch] = batcher
-        return batcher.events(job)
+        return batcher.events(job, pace)
 
     async def _reply(self, plan: Plan, headers: dict[str, str]) -> Reply:
         resident = self._manager.engine_if_resident(plan.entry)
@@ -608,7 +609,8 @@ class CompletionService:
         endpoint = plan.request.endpoint
         work = job(plan, i, engine.new_rng(plan.request.seed), ticket, meter=self._meter(plan, i))
         runs.append(Started(job=work, index=i, prompt=i, ticket=ticket))
-        events = self._choice_events(engine, work, ticket)  # it starts while the role goes out
+        pace = self._settings.stream_interval
+        events = self._choice_events(engine, work, ticket, pace)  # it starts as the role goes out
         if endpoint == "chat":
             yield out.content([shapes.delta(endpoint, i, "", None, role=True)])
         reply = plan.reply_stream(i)
