@@ -179,3 +179,59 @@ def test_a_failure_wakes_the_reader_and_the_waiting_pieces_go_first() -> None:
 
     got = asyncio.run(main())
     assert got[0] == TextDelta("ab") and isinstance(got[1], ChoiceFailed) and len(got) == 2
+
+
+class _CountingEngine(_Engine):
+    """`_Engine`, counting its decodes."""
+
+    def __init__(self) -> None:
+        self.decodes = 0
+
+    def decode(self, ids: Any, *, keep_special: bool = False) -> str:
+        self.decodes += 1
+        return super().decode(ids, keep_special=keep_special)
+
+
+def test_a_whole_choice_without_stops_detokenizes_at_its_end() -> None:
+    """OAI-CHAT-05 (docs/DECISIONS.md, a whole reply's text at its end): a JSON choice with no
+    stop string decodes nothing while it generates, and its text is the stream's; with a stop
+    string it still reads every token's text, and stops at the token that completes it
+    (OAI-CHAT-20)."""
+    engine = _CountingEngine()
+    plain = ChoiceJob(
+        prompt_ids=[0], params=SamplingParams(max_tokens=4), stop_strings=(), rng=None, whole=True
+    )
+    events: list[Event] = []
+    text = ChoiceText(engine, plain, threading.Event(), events.append)  # type: ignore[arg-type]
+    for token_id in (0, 1, 2):
+        assert text.push(Token(token_id=token_id, eos=False), 0.0) is None
+    assert engine.decodes == 0 and events == []
+    events.append(text.finish("length"))
+    assert events == [TextDelta("abc"), ChoiceEnd("length", 3)]
+
+    stopped = ChoiceJob(
+        prompt_ids=[0],
+        params=SamplingParams(max_tokens=4),
+        stop_strings=("c",),
+        rng=None,
+        whole=True,
+    )
+    events.clear()
+    text = ChoiceText(_Engine(), stopped, threading.Event(), events.append)  # type: ignore[arg-type]
+    ends = [text.push(Token(token_id=token_id, eos=False), 0.0) for token_id in (0, 1, 2)]
+    assert ends[:2] == [None, None] and ends[2] == ChoiceEnd("stop", 3)
+    assert events == [TextDelta("ab")]
+
+
+def test_a_whole_choice_cancelled_sends_the_text_it_made() -> None:
+    """LOC-CHAT-51: a cancelled whole choice ends with the text of the tokens it took."""
+    cancel = threading.Event()
+    job = ChoiceJob(
+        prompt_ids=[0], params=SamplingParams(max_tokens=4), stop_strings=(), rng=None, whole=True
+    )
+    events: list[Event] = []
+    text = ChoiceText(_Engine(), job, cancel, events.append)  # type: ignore[arg-type]
+    assert text.push(Token(token_id=0, eos=False), 0.0) is None
+    cancel.set()
+    end = text.push(Token(token_id=1, eos=False), 0.0)
+    assert end == ChoiceEnd("cancelled", 2) and events == [TextDelta("ab")]

@@ -161,6 +161,10 @@ class ChoiceText:
         self._cancel = cancel
         self._emit = emit
         self._held: list[str] = []  # a whole reply's text so far
+        # A whole reply with no stop string reads no text before its end: its ids wait and
+        # are detokenized then, in one warm loop, rather than each right after a forward
+        # pass that swept the caches (docs/DECISIONS.md, "A whole reply's text at its end").
+        self._later: list[int] | None = [] if job.whole and not any(job.stop_strings) else None
         self.count = 0
         self.cached = 0
 
@@ -172,6 +176,7 @@ class ChoiceText:
 
     def _end(self, reason: str) -> ChoiceEnd:
         """The end event, after a whole reply's text."""
+        self._catch_up()
         if self._held:
             self._emit(TextDelta("".join(self._held)))
             self._held.clear()
@@ -185,10 +190,9 @@ class ChoiceText:
             job.meter.token(elapsed)
         if token.eos:
             return self.finish("stop")
-        text, matched = self._stopper.push(self._detok.push(token.token_id))
-        if text:
-            self._out(text)
-        if matched:
+        if self._later is not None:
+            self._later.append(token.token_id)
+        elif self._take(token.token_id):
             return self._end("stop")
         if self._cancel.is_set() or (job.cancelled is not None and job.cancelled.is_set()):
             return self._end("cancelled")
@@ -196,9 +200,24 @@ class ChoiceText:
             return self._end("halted")
         return None
 
+    def _take(self, token_id: int) -> bool:
+        """Detokenize one id and send on what no stop string may still claim; whether a stop
+        string matched."""
+        text, matched = self._stopper.push(self._detok.push(token_id))
+        if text:
+            self._out(text)
+        return matched
+
+    def _catch_up(self) -> None:
+        """The ids a whole reply kept for its end, detokenized (it has no stop string)."""
+        later, self._later = self._later, None
+        for token_id in later or ():
+            self._take(token_id)
+
     def finish(self, reason: str) -> ChoiceEnd:
         """The end once no token is left (`reason`: "length", or "stop" after an EOS): the
         held-back text goes out, unless it completes a stop string."""
+        self._catch_up()
         text, matched = self._stopper.push(self._detok.flush())
         tail = text if matched else text + self._stopper.flush()
         if tail:
