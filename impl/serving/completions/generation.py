@@ -262,11 +262,12 @@ class Inbox:
 
     A deque and the reader's one waiter, not an `asyncio.Queue`: a streamed token crosses
     here, and the loop's every microsecond a token is one the forward pass shares its
-    cores with (docs/DECISIONS.md, the per-token chunk). For the same reason a text piece
-    wakes the reader only when `pace` seconds have passed since a piece last did (0: every
-    piece does); the pieces that wait go out with the next one that wakes it, joined into
-    one. An end always wakes the reader, so no piece waits past its choice's end. (A JSON
-    reply's text comes whole, in one piece before its end: `ChoiceJob.whole`.)"""
+    cores with (docs/DECISIONS.md, the per-token chunk). For the same reason ("A stream's
+    text, paced") a text piece wakes the reader only when `pace` seconds have passed since
+    a piece last did (0: every piece does); the pieces that wait go out with the next one
+    that wakes it, joined into one. An end always wakes the reader, so no piece waits past
+    its choice's end. (A JSON reply's text comes whole, in one piece before its end:
+    `ChoiceJob.whole`.)"""
 
     def __init__(self, pace: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = asyncio.get_running_loop()
@@ -323,12 +324,10 @@ class Inbox:
                     finally:
                         self._waiter = None
                 event = events.popleft()
-                if isinstance(event, TextDelta):
-                    if events and isinstance(events[0], TextDelta):
-                        event = TextDelta(_joined(event.text, events))
-                    yield event
-                else:
-                    yield event
+                if isinstance(event, TextDelta) and events and isinstance(events[0], TextDelta):
+                    event = TextDelta(_joined(event.text, events))
+                yield event
+                if not isinstance(event, TextDelta):
                     return
         finally:
             self.cancel.set()
