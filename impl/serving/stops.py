@@ -27,6 +27,11 @@ class StopMatcher:
         self._stopped = False
 
     @property
+    def watching(self) -> bool:
+        """Whether any stop sequence is watched for (empty ones are not)."""
+        return bool(self._stops)
+
+    @property
     def stopped(self) -> bool:
         """Whether a stop sequence has matched."""
         return self._stopped

@@ -164,7 +164,7 @@ class ChoiceText:
         # A whole reply with no stop string reads no text before its end: its ids wait and
         # are detokenized then, in one warm loop, rather than each right after a forward
         # pass that swept the caches (docs/DECISIONS.md, "A whole reply's text at its end").
-        self._later: list[int] | None = [] if job.whole and not any(job.stop_strings) else None
+        self._later: list[int] | None = [] if job.whole and not self._stopper.watching else None
         self.count = 0
         self.cached = 0
 
