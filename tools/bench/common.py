@@ -7,6 +7,10 @@
   the whole body, or `data: [DONE]`, is in.
 - `interleave(paths, rounds)`: a warm-up of every path, then rounds whose
   order rotates, so a change in machine load hits every path alike.
+- `mirrored(paths, rounds)`: the same, but every round runs the paths in
+  the order given, backwards every other round, so that two paths given
+  side by side always run one right after the other (for ratios within a
+  round: the machine's speed drifts within seconds).
 - `table(runs, tokens, base)`: the markdown table, with ratios to `base`.
 """
 
@@ -199,13 +203,31 @@ def server_stream(
 
 def interleave(paths: Mapping[str, Callable[[], Run]], rounds: int) -> dict[str, list[Run]]:
     """A warm-up run of every path (not counted), then `rounds` rotating rounds."""
+    return _rounds(
+        paths, rounds, lambda names, i: names[i % len(names) :] + names[: i % len(names)]
+    )
+
+
+def mirrored(paths: Mapping[str, Callable[[], Run]], rounds: int) -> dict[str, list[Run]]:
+    """A warm-up run of every path (not counted), then `rounds` rounds in `paths`' order,
+    every other one backwards: neighbours in `paths` run back to back, each first in half
+    the rounds."""
+    return _rounds(paths, rounds, lambda names, i: names if i % 2 == 0 else names[::-1])
+
+
+def _rounds(
+    paths: Mapping[str, Callable[[], Run]],
+    rounds: int,
+    order: Callable[[list[str], int], list[str]],
+) -> dict[str, list[Run]]:
+    """A warm-up run of every path, then `rounds` rounds, round i in `order(names, i)`."""
     for run in paths.values():
         run()
     runs: dict[str, list[Run]] = {name: [] for name in paths}
     names = list(paths)
     width = max(len(name) for name in names)
     for i in range(rounds):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
+        for name in order(names, i):
             runs[name].append(paths[name]())
             log.info("round %d %-*s %6.1f tok/s", i + 1, width, name, runs[name][-1].rate)
     return runs

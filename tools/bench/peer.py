@@ -6,7 +6,10 @@
 Everything runs on SmolLM2-135M-Instruct Q4_1, miserver's embedded default,
 with each side's own defaults: neither is given a thread count.
 
-One client (rounds interleaved, `common.interleave`, after a warm-up):
+One client (rounds interleaved, after a warm-up; `common.mirrored`: the paths
+run in the order `llama-server`, `miserver`, `bare`, `miserver-stream`,
+`llama-server-stream`, backwards every other round, so each pair a goal
+compares runs back to back):
 
 - `bare`: the low-level loop, in this process: llama-cpp-python's `llama_decode`
   on a `llama_batch` of one token, the greedy pick an argmax over the
@@ -38,7 +41,8 @@ cached); a round's value is its median.
 
 Eight clients: `miserver serve --parallel 8` against `llama-server -np 8`,
 eight greedy JSON chats at once (eight prompts), aggregate completion tokens
-over the round's wall time, rounds interleaved.
+over the round's wall time, rounds interleaved. TTFT and eight-client rounds are
+mirrored as well, each compared pair back to back.
 
 Goals (issue 23), each the median over rounds of the ratio within a round
 (rounds are interleaved, so a slow spell of the machine hits both sides of a
@@ -271,14 +275,16 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
                 "llama-server": partial(chat_json, client, theirs, MESSAGES, args.tokens),
                 "llama-server-stream": partial(chat_stream, client, theirs, MESSAGES, args.tokens),
             }
-            runs = common.interleave(one, args.rounds)
+            order = ["llama-server", "miserver", "bare", "miserver-stream", "llama-server-stream"]
+            ran = common.mirrored({name: one[name] for name in order}, args.rounds)
+            runs = {name: ran[name] for name in one}  # the table's order
             firsts: dict[str, Callable[[], common.Run]] = {
                 "miserver warm": partial(ttfts, client, ours, lambda: MESSAGES),
                 "llama-server warm": partial(ttfts, client, theirs, lambda: MESSAGES),
-                "miserver cold": partial(ttfts, client, ours, lambda: cold(next(nonce))),
                 "llama-server cold": partial(ttfts, client, theirs, lambda: cold(next(nonce))),
+                "miserver cold": partial(ttfts, client, ours, lambda: cold(next(nonce))),
             }
-            ttft_runs = common.interleave(firsts, args.rounds)
+            ttft_runs = common.mirrored(firsts, args.rounds)
     finally:
         bare.close()
     many = ["--parallel", str(args.parallel)]
@@ -296,7 +302,7 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
                 clients, pool, client, theirs, args.tokens, args.parallel
             ),
         }
-        eight_runs = common.interleave(eight, args.rounds)
+        eight_runs = common.mirrored(eight, args.rounds)
     return Results(runs, ttft_runs, eight_runs)
 
 
@@ -307,22 +313,31 @@ def _ttft(runs: Sequence[common.Run]) -> float:
     return statistics.median(r.ttft for r in runs)
 
 
-def paired(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> float:
-    """The median over rounds of `path`'s rate / `against`'s in the same round: rounds are
-    interleaved, so a slow spell of the machine hits both sides of each ratio alike."""
-    pairs = zip(runs[path], runs[against], strict=True)
-    return statistics.median(a.rate / b.rate for a, b in pairs)
+def paired(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> list[float]:
+    """`path`'s rate / `against`'s, round by round: the two ran back to back, so a slow
+    spell of the machine hits both sides of each ratio alike."""
+    return [a.rate / b.rate for a, b in zip(runs[path], runs[against], strict=True)]
 
 
-def paired_ttft(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> float:
-    pairs = zip(runs[path], runs[against], strict=True)
-    return statistics.median(a.ttft / b.ttft for a, b in pairs)
+def paired_ttft(runs: Mapping[str, Sequence[common.Run]], path: str, against: str) -> list[float]:
+    return [a.ttft / b.ttft for a, b in zip(runs[path], runs[against], strict=True)]
 
 
-def goal_row(name: str, value: float, goal: float, at_most: bool = False) -> str:
-    met = value <= goal if at_most else value >= goal
+def goal_row(name: str, ratios: Sequence[float], goal: float, at_most: bool = False) -> str:
+    """The median of the rounds' ratios against `goal`, with their middle half (how far a
+    round strays on this machine) and how many rounds met the goal on their own."""
+    value = statistics.median(ratios)
+    low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [value] * 3
+
+    def meets(ratio: float) -> bool:
+        return ratio <= goal if at_most else ratio >= goal
+
     sign = "<=" if at_most else ">="
-    return f"| {name} | {value:.3f}{'' if met else ' (below)'} | {sign} {goal} |"
+    rounds = sum(meets(r) for r in ratios)
+    return (
+        f"| {name} | {value:.3f}{'' if meets(value) else ' (below)'} | {low:.3f}-{high:.3f} "
+        f"| {rounds}/{len(ratios)} | {sign} {goal} |"
+    )
 
 
 def report(results: Results, args: argparse.Namespace) -> str:
@@ -353,8 +368,8 @@ def report(results: Results, args: argparse.Namespace) -> str:
         common.table(eight, args.tokens * c, base=theirs),
         "Goals, each the median over rounds of the ratio within a round:",
         "",
-        "| goal | value | target |",
-        "|---|---:|---:|",
+        "| goal | value | middle half of rounds | rounds met | target |",
+        "|---|---:|---:|---:|---:|",
         goal_row("miserver / llama-server, JSON", paired(one, "miserver", "llama-server"), 1.0),
         goal_row(
             "miserver / llama-server, stream",
