@@ -2,8 +2,9 @@
 
 ruff format --check, ruff check, mypy (strict on impl/), the layering
 check, the codegen and published-schema checks, Debian's chromium installed when
-missing (tools/browser.py), then pytest (warnings are errors). Stops at the
-first failing step and exits with its status.
+missing (tools/browser.py), then pytest (warnings are errors) with its slowest
+tests listed. Stops at the first failing step and exits with its status; every
+step's wall time is printed as it ends and again, as a table, at the end.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+SLOWEST = 40  # pytest's --durations: the slowest tests every CI log lists
 STEPS: list[tuple[str, list[str]]] = [
     ("format", [PY, "-m", "ruff", "format", "--check", "impl", "tools", "tests", "conformance"]),
     ("lint", [PY, "-m", "ruff", "check", "impl", "tools", "tests", "conformance"]),
@@ -23,7 +26,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("codegen", [PY, "-m", "tools.codegen", "--check"]),
     ("schemas", [PY, "-m", "tools.schemas", "--check"]),
     ("browser", [PY, "-m", "tools.browser"]),  # Debian's chromium for the UI tests
-    ("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]),
+    ("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}"]),
 ]
 
 log = logging.getLogger("check")
@@ -32,16 +35,30 @@ log = logging.getLogger("check")
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="== %(message)s")
     only = set(argv)
+    took: list[tuple[str, float]] = []
+    code = 0
     for name, cmd in STEPS:
         if only and name not in only:
             continue
         log.info("%s: %s", name, " ".join(cmd[1:]))
+        start = time.monotonic()
         code = subprocess.run(cmd, cwd=ROOT).returncode
+        took.append((name, time.monotonic() - start))
+        log.info("%s took %.1f s", name, took[-1][1])
         if code != 0:
             log.error("%s failed (exit %d)", name, code)
-            return code
-    log.info("all checks passed")
-    return 0
+            break
+    _report(took)
+    if code == 0:
+        log.info("all checks passed")
+    return code
+
+
+def _report(took: list[tuple[str, float]]) -> None:
+    """Each step's wall time, and all of them together."""
+    for name, seconds in took:
+        log.info("%-9s %8.1f s", name, seconds)
+    log.info("%-9s %8.1f s", "total", sum(seconds for _, seconds in took))
 
 
 if __name__ == "__main__":
