@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
 from .errors import ApiError, internal_error
+from .http.documents import add_document, document
 from .http.operations import decorated_once
 from .http.pages import Pages
 from .http.request_id import RequestIdMiddleware
@@ -160,16 +161,16 @@ def build_connexion() -> AsyncApp:
     app = decorated_once(
         AsyncApp(
             __name__,
-            specification_dir=spec_dir,
             # the documents are served as written by handlers.contract, not as Connexion
             # resolves them
             swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
         )
     )
     bodies = {"v1.yaml": OpenAIBodyValidator, "api.yaml": LocalBodyValidator}  # LOC-GEN-14
-    for document, body in bodies.items():
-        app.add_api(
-            document,
+    for name, body in bodies.items():
+        add_document(
+            app,
+            document(spec_dir / name),
             validator_map={
                 "body": {"application/json": body},
                 "parameter": OpenAIParameterValidator,
