@@ -9,6 +9,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
 from miserver.app import Server
+from miserver.engines.base import LoadOptions
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
@@ -33,6 +35,14 @@ LOCAL_URL = "http://127.0.0.1"  # a loopback server answers only loopback Host n
 
 
 LOCAL_PEER = ("127.0.0.1", 50000)
+
+# Every engine the suite loads runs its forward passes on one thread, in process and in the
+# `miserver serve` processes it starts (tests/e2e/conftest.py): on two cores shared with the
+# test process and its other servers, two OpenMP teams of two threads stall each other at
+# every barrier (BENCHMARKS.md measured decoding 5x slower). Tests of the `threads` setting
+# itself set it.
+ENGINE_THREADS = 1
+ONE_THREAD = LoadOptions(threads=ENGINE_THREADS)
 
 
 class LocalClient(TestClient):
@@ -70,7 +80,13 @@ def bare_client(settings: Settings) -> Iterator[TestClient]:
 def model_server(tmp_path_factory: pytest.TempPathFactory) -> Server:
     data = tmp_path_factory.mktemp("data")
     return Server(
-        Settings(data_dir=data, cache_dir=cache_dir(), queue_heartbeat=0.2, model=MODEL_ID)
+        Settings(
+            data_dir=data,
+            cache_dir=cache_dir(),
+            queue_heartbeat=0.2,
+            model=MODEL_ID,
+            threads=ENGINE_THREADS,
+        )
     )
 
 
@@ -126,7 +142,9 @@ def trained_probe() -> Path:
 @pytest.fixture(scope="module")
 def reference(gguf_path: Path) -> Iterator[TransformersEngine]:
     """SmolLM2 on transformers loaded apart from any server: direct forwards for references."""
-    loaded = load_transformers_engine(gguf_path, model_id="ref", cache_dir=cache_dir())
+    loaded = load_transformers_engine(
+        gguf_path, model_id="ref", cache_dir=cache_dir(), options=ONE_THREAD
+    )
     yield loaded
     loaded.close()
 
@@ -159,6 +177,7 @@ def steering_settings(data_dir: Path, saes_dir: Path) -> Settings:
         saes_dir=saes_dir,
         model=MODEL_ID,
         queue_heartbeat=0.2,
+        threads=ENGINE_THREADS,
     )
 
 
@@ -226,3 +245,25 @@ def uvicorn_serving(
         server.should_exit = True
         thread.join(timeout=start_timeout)
         sock.close()
+
+
+TIMING = "timing"
+"""The xdist group of the modules whose tests bound a time or a rate: one worker runs them
+all, one after another, so no two of them ever measure at once."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's `--dist loadgroup` (tools/check.py), a module's tests run on one
+    worker, in file order, so its module-scoped servers and models start once; a module
+    marked with a group of its own (TIMING) runs with that group.
+
+    Every test needs an id of its own: xdist hands tests to workers by id and runs one of
+    a set that share it, so a collection with a shared id fails (pytest 9.2 gives all of a
+    Schemathesis function's operations one id; pyproject.toml keeps pytest below it)."""
+    twins = [nodeid for nodeid, count in Counter(i.nodeid for i in items).items() if count > 1]
+    if twins:
+        raise pytest.UsageError(f"tests that share an id (xdist would run one): {twins[:5]}")
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -18,6 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SLOWEST = 40  # pytest's --durations: the slowest tests every CI log lists
+# pytest-xdist: two workers (two cores; every engine in the suite runs one thread, so two
+# workers never run two OpenMP teams on a core), a module's tests on one worker
+# (tests/conftest.py groups them; the TIMING group runs together)
+WORKERS = ["-n", "2", "--dist", "loadgroup"]
 STEPS: list[tuple[str, list[str]]] = [
     ("format", [PY, "-m", "ruff", "format", "--check", "impl", "tools", "tests", "conformance"]),
     ("lint", [PY, "-m", "ruff", "check", "impl", "tools", "tests", "conformance"]),
@@ -26,7 +30,10 @@ STEPS: list[tuple[str, list[str]]] = [
     ("codegen", [PY, "-m", "tools.codegen", "--check"]),
     ("schemas", [PY, "-m", "tools.schemas", "--check"]),
     ("browser", [PY, "-m", "tools.browser"]),  # Debian's chromium for the UI tests
-    ("tests", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}"]),
+    (
+        "tests",
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *WORKERS, f"--durations={SLOWEST}"],
+    ),
 ]
 
 log = logging.getLogger("check")

@@ -23,7 +23,7 @@ from miserver.conformance import Outcome, Report, run
 from miserver.conformance.checks import all_checks
 from miserver.settings import Settings
 from tests.conformance.conftest import serving
-from tests.conftest import JSON, MODEL_ID, SAE_ID, cache_dir
+from tests.conftest import ENGINE_THREADS, JSON, MODEL_ID, SAE_ID, cache_dir
 
 pytestmark = [pytest.mark.model, pytest.mark.e2e]
 
@@ -72,6 +72,7 @@ def steering_server(
     """SmolLM2 on transformers with the trained SAE attached, a circuit on it active, a cluster
     stored and the trained probe armed; yields the /v1 base URL."""
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path_factory.mktemp("kit-data"),
         cache_dir=cache_dir(),
         saes_dir=saes_dir,
@@ -137,6 +138,7 @@ def test_console_script_passes_our_server(steering_server: str) -> None:
 def gguf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The embedded GGUF on llama.cpp; yields the /v1 base URL."""
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path_factory.mktemp("kit-gguf-data"),
         cache_dir=cache_dir(),
         model=GGUF_MODEL_ID,

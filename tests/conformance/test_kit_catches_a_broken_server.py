@@ -108,7 +108,9 @@ def test_each_fault_is_reported_by_requirement_id(
     created 0) and a body read as lenient JSON (contract 0.4.0) are faults now."""
     name, requirement = CAUGHT[fault]
     with serving(fake_app(frozenset({fault}))) as origin:
-        code = main(["--base-url", f"{origin}/v1", "--max-examples", EXAMPLES, "-q"])
+        code = main(
+            ["--base-url", f"{origin}/v1", "--check", name, "--max-examples", EXAMPLES, "-q"]
+        )
     out = capsys.readouterr().out
     assert code == EXIT_FAILED, out
     assert re.search(rf"^{requirement}\s+{name}\s+FAILED$", out, re.MULTILINE), out

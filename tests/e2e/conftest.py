@@ -5,10 +5,11 @@
 and always terminates it. The converted-model cache is shared with the rest
 of the suite (`tests.conftest.cache_dir`), so a start takes seconds.
 
-The server runs torch on one thread unless OMP_NUM_THREADS says otherwise:
-on a 2-core machine shared with the test process (and often with other
-test runs), two OpenMP threads contending for the cores made decoding about
-8x slower than one thread here.
+The server's engine runs its forward passes on one thread
+(`MISERVER_THREADS=1`, tests.conftest.ENGINE_THREADS) unless the test's own
+environment says otherwise: on a 2-core machine shared with the test process
+(and its other servers), two OpenMP threads contending for the cores made
+decoding about 8x slower than one thread here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from tests import openai_reference
-from tests.conftest import MODEL_ID, cache_dir
+from tests.conftest import ENGINE_THREADS, MODEL_ID, cache_dir
 from tests.openai_reference import Check
 
 START_TIMEOUT_S = 120.0
@@ -128,7 +129,12 @@ def live_server(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={"OMP_NUM_THREADS": "1", **os.environ, **(env or {})},
+            env={
+                "OMP_NUM_THREADS": "1",
+                "MISERVER_THREADS": str(ENGINE_THREADS),
+                **os.environ,
+                **(env or {}),
+            },
         )
         try:
             server = LiveServer(f"http://127.0.0.1:{port}/v1", process, log_path)

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import GGUF_ID
+from tests.conftest import GGUF_ID, TIMING
 from tests.e2e.conftest import LiveServer, checked_sdk, live_server
 from tests.openai_reference import Check
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group(TIMING)]
 
 STORY: list[Any] = [{"role": "user", "content": "Write a long story about a dragon."}]
 TOKENS = 64

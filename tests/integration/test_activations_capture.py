@@ -14,7 +14,7 @@ from miserver.serving.completions.activations import ActivationsAsk, Reading, re
 from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
-from tests.conftest import cache_dir
+from tests.conftest import ONE_THREAD, cache_dir
 
 pytestmark = pytest.mark.model
 
@@ -24,7 +24,9 @@ TOKENS = 12
 
 @pytest.fixture(scope="module")
 def engine(gguf_path: object) -> Iterator[TransformersEngine]:
-    loaded = load_transformers_engine(gguf_path, model_id="act", cache_dir=cache_dir())  # type: ignore[arg-type]
+    loaded = load_transformers_engine(
+        gguf_path, model_id="act", cache_dir=cache_dir(), options=ONE_THREAD
+    )  # type: ignore[arg-type]
     yield loaded
     loaded.close()
 

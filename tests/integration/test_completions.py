@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.base import Engine
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 CMPL = "/v1/completions"
@@ -98,7 +98,10 @@ TEXTS = ["The capital of France is", "One, two, three,"]
 def gguf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """A server whose launch model is SmolLM2's Q4_1 GGUF on llama.cpp."""
     settings = Settings(
-        data_dir=tmp_path_factory.mktemp("cmpl-gguf") / "data", cache_dir=cache_dir(), model=GGUF_ID
+        data_dir=tmp_path_factory.mktemp("cmpl-gguf") / "data",
+        cache_dir=cache_dir(),
+        model=GGUF_ID,
+        threads=ENGINE_THREADS,
     )
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client

@@ -16,7 +16,7 @@ from miserver.engines.base import ChatPrompt, Decision
 from miserver.engines.transformers import TransformersEngine
 from miserver.local.decisions import answer
 from miserver.settings import Settings
-from tests.conftest import LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, LocalClient, cache_dir
 from tests.integration.test_refusals import error_of
 
 pytestmark = pytest.mark.model
@@ -151,7 +151,11 @@ def test_minus_infinity_is_null_and_best_skips_it() -> None:
 @pytest.fixture(scope="module")
 def gguf_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The default server: SmolLM2's GGUF on llama.cpp."""
-    settings = Settings(data_dir=tmp_path_factory.mktemp("decide-gguf"), cache_dir=cache_dir())
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("decide-gguf"),
+        cache_dir=cache_dir(),
+        threads=ENGINE_THREADS,
+    )
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 

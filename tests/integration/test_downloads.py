@@ -25,9 +25,11 @@ import pytest
 from miserver.app import Server
 from miserver.models.catalog import shipped
 from miserver.settings import Settings
-from tests.conftest import JSON, cache_dir, uvicorn_serving
+from tests.conftest import JSON, TIMING, cache_dir, uvicorn_serving
 from tests.fakehub import Fault, Hub, serve_hub
 from tests.integration.test_request_id import Events as _Events
+
+pytestmark = pytest.mark.xdist_group(TIMING)  # transfer rates and event pacing
 
 REPO = "fake-org/tiny-GGUF"
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -37,7 +37,7 @@ from miserver.app import Server
 from miserver.engines.base import Engine
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, MODEL_ID, SAE_ID, LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, SAE_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
@@ -166,6 +166,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[TestClient]:
     """SmolLM2 resident at start; the GGUF and MiniLM load when named."""
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path_factory.mktemp("emb") / "data",
         cache_dir=cache_dir(),
         models_dir=models_dir,
@@ -589,6 +590,7 @@ def test_gguf_embeddings_disabled_is_refused_before_load(
     are 400 invalid_parameter `param: "model"` naming the setting, before any load; the GGUF
     still chats, with the same greedy answer as one loaded able to embed."""
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path / "data",
         cache_dir=cache_dir(),
         model=MODEL_ID,
@@ -689,7 +691,11 @@ def test_the_input_cap_is_configurable(tmp_path: Path) -> None:
     """OAI-EMB-26, OAI-EMB-27: with EMBEDDINGS_MAX_INPUTS=3, four strings are refused before
     any load, three are served."""
     settings = Settings(
-        data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID, embeddings_max_inputs=3
+        threads=ENGINE_THREADS,
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        model=MODEL_ID,
+        embeddings_max_inputs=3,
     )
     with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
         error = error_of(embed(client, MODEL_ID, list("abcd")), 400, "invalid_parameter", "input")
@@ -1004,7 +1010,11 @@ def test_the_input_cap_counts_id_lists(tmp_path: Path) -> None:
     """OAI-EMB-26, OAI-EMB-27: the cap counts inputs, id lists as strings: four id lists
     over a cap of 3 are refused before any load; one `int[]` of four ids is one input."""
     settings = Settings(
-        data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID, embeddings_max_inputs=3
+        threads=ENGINE_THREADS,
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        model=MODEL_ID,
+        embeddings_max_inputs=3,
     )
     with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
         lists = [[1], [2], [3], [4]]

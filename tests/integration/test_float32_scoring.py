@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 from miserver.app import Server
 from miserver.engines.transformers import float32
 from miserver.settings import Settings
-from tests.conftest import BF16_MODEL_ID, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import BF16_MODEL_ID, ENGINE_THREADS, MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import error_of
 
 pytestmark = pytest.mark.model
@@ -32,6 +32,7 @@ PROMPT = "The capital of France is"
 
 def serve(tmp: Path, models: Path, **knobs: Any) -> TestClient:
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp / "data",
         cache_dir=cache_dir(),
         models_dir=models,
@@ -172,7 +173,11 @@ def test_chat_scoring_without_a_chat_template_is_refused(
         if item.name != "chat_template.jinja":
             (bare / item.name).symlink_to(item)
     settings = Settings(
-        data_dir=tmp_path / "data", cache_dir=cache_dir(), models_dir=models, model="NoTemplate"
+        threads=ENGINE_THREADS,
+        data_dir=tmp_path / "data",
+        cache_dir=cache_dir(),
+        models_dir=models,
+        model="NoTemplate",
     )
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         chat = {"model": "NoTemplate", "messages": [{"role": "user", "content": "Hi"}]}

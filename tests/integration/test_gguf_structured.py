@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, JSON, LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, GGUF_ID, JSON, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 from tests.integration.test_structured_output import (
     HEADER,
@@ -46,7 +46,8 @@ STORY = "Tell me a short story about a dragon."
 def gguf_server(data: Path) -> LocalClient:
     """A server whose launch model is the embedded GGUF (the default), loaded at start."""
     return LocalClient(
-        Server(Settings(data_dir=data, cache_dir=cache_dir())), raise_server_exceptions=False
+        Server(Settings(data_dir=data, cache_dir=cache_dir(), threads=ENGINE_THREADS)),
+        raise_server_exceptions=False,
     )
 
 

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, GGUF_ID, JSON, MODEL_ID, LocalClient, cache_dir
 from tests.integration.test_refusals import assert_nothing_loaded, error_of
 
 DEEP_ARRAYS = b'{"model": "m", "messages": ' + b"[" * 2000 + b"]" * 2000 + b"}"
@@ -37,7 +37,10 @@ LONE = b'{"model": "%s", "messages": [{"role": "user", "content": "\\ud800"}], "
 def gguf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The default engine, loaded: llama.cpp on SmolLM2's GGUF."""
     settings = Settings(
-        data_dir=tmp_path_factory.mktemp("hostile-gguf"), cache_dir=cache_dir(), model=GGUF_ID
+        data_dir=tmp_path_factory.mktemp("hostile-gguf"),
+        cache_dir=cache_dir(),
+        model=GGUF_ID,
+        threads=ENGINE_THREADS,
     )
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client

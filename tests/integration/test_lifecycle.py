@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, GGUF_ID, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
 
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -80,7 +80,11 @@ def resident(server: Server) -> str | None:
 def test_gguf_names_and_bare_repository_refusals(tmp_path: Path, models_dir: Path) -> None:
     """OAI-GGUF-02..06, OAI-MODELS-06, OAI-ERR-25: repo:QUANT ids; bare names refused, no load."""
     settings = Settings(
-        data_dir=tmp_path / "d", cache_dir=cache_dir(), model=MODEL_ID, models_dir=models_dir
+        threads=ENGINE_THREADS,
+        data_dir=tmp_path / "d",
+        cache_dir=cache_dir(),
+        model=MODEL_ID,
+        models_dir=models_dir,
     )
     with LocalClient(Server(settings, preload=False)) as client:
         ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
@@ -128,6 +132,7 @@ def test_gguf_column_refusals_come_before_any_load(
 def test_refusals_that_keep_the_resident_model(tmp_path: Path, models_dir: Path) -> None:
     """OAI-ERR-20, OAI-ERR-21, OAI-ERR-31: checked before the unload; the resident model stays."""
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path / "d",
         cache_dir=cache_dir(),
         model=MODEL_ID,
@@ -158,7 +163,11 @@ def test_a_failed_load_is_a_500_and_the_next_request_recovers(
     unload; the next request (GGUF on llama.cpp, then transformers) loads fine.
     """
     settings = Settings(
-        data_dir=tmp_path / "d", cache_dir=cache_dir(), model=MODEL_ID, models_dir=models_dir
+        threads=ENGINE_THREADS,
+        data_dir=tmp_path / "d",
+        cache_dir=cache_dir(),
+        model=MODEL_ID,
+        models_dir=models_dir,
     )
     server = Server(settings)
     with LocalClient(server) as client:
@@ -215,6 +224,7 @@ def test_a_switch_waits_for_the_running_request_and_refuses_newcomers(
     """
     grace = 0.3 if grace_halts else 60.0
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path / "d",
         cache_dir=cache_dir(),
         model=MODEL_ID,

@@ -33,6 +33,7 @@ from miserver.engines.llamacpp.sampling import Greedy, Logits, Penalties
 from miserver.engines.transformers.grammar import Grammars
 from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
+from tests.conftest import ONE_THREAD
 from tests.integration.test_structured_output import VERDICT
 
 pytestmark = pytest.mark.model
@@ -104,7 +105,9 @@ def hf_engine() -> Iterator[Any]:
     from miserver.engines.transformers import load_transformers_engine
 
     cache = Path(os.environ.get("MISERVER_CACHE_DIR") or Path.home() / ".cache" / "miserver")
-    loaded = load_transformers_engine(smollm2_gguf(), model_id="x", cache_dir=cache)
+    loaded = load_transformers_engine(
+        smollm2_gguf(), model_id="x", cache_dir=cache, options=ONE_THREAD
+    )
     yield loaded
     loaded.close()
 

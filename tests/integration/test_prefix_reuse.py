@@ -16,9 +16,10 @@ import torch
 
 from miserver.engines.base import ChatPrompt, Prefilled, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine
+from tests.conftest import TIMING
 from tests.integration.test_transformers_engine import ForwardLog, greedy, load
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.xdist_group(TIMING)]
 
 TOKENS = 12
 ROME = [{"role": "user", "content": "Name three emperors of Rome."}]

@@ -10,6 +10,7 @@ import torch
 
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from miserver.steering.sae import SAE, SAERegistry, load_sae
+from tests.conftest import ONE_THREAD
 from tools import sae_train
 
 pytestmark = pytest.mark.model
@@ -28,7 +29,10 @@ FRESH = (
 @pytest.fixture(scope="module")
 def engine() -> Iterator[TransformersEngine]:
     loaded = load_transformers_engine(
-        sae_train.smollm2_gguf(), model_id=sae_train.MODEL_NAME, cache_dir=sae_train.cache_dir()
+        sae_train.smollm2_gguf(),
+        model_id=sae_train.MODEL_NAME,
+        cache_dir=sae_train.cache_dir(),
+        options=ONE_THREAD,
     )
     yield loaded
     loaded.close()

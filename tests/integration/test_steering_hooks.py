@@ -13,7 +13,7 @@ from miserver.steering.applied import LIMIT as CLAMP
 from miserver.steering.applied import AppliedSAE, applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
-from tests.conftest import cache_dir
+from tests.conftest import ONE_THREAD, cache_dir
 
 pytestmark = pytest.mark.model
 
@@ -22,7 +22,9 @@ CHAT = ChatPrompt(({"role": "user", "content": "Tell me about your favourite pla
 
 @pytest.fixture(scope="module")
 def engine(gguf_path: object) -> Iterator[TransformersEngine]:
-    loaded = load_transformers_engine(gguf_path, model_id="steer", cache_dir=cache_dir())  # type: ignore[arg-type]
+    loaded = load_transformers_engine(
+        gguf_path, model_id="steer", cache_dir=cache_dir(), options=ONE_THREAD
+    )  # type: ignore[arg-type]
     yield loaded
     loaded.close()
 

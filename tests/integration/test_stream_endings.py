@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
+from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
 
 pytestmark = pytest.mark.model
 
@@ -35,7 +35,7 @@ ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 def gguf_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The default server: SmolLM2's GGUF on llama.cpp, loaded at start."""
     data: Path = tmp_path_factory.mktemp("stream-endings")
-    settings = Settings(data_dir=data, cache_dir=cache_dir())
+    settings = Settings(data_dir=data, cache_dir=cache_dir(), threads=ENGINE_THREADS)
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
 

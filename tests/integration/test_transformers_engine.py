@@ -18,6 +18,7 @@ from miserver.engines.base import ChatPrompt, Prefilled, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, chat, load_transformers_engine
 from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
+from tests.conftest import ONE_THREAD
 
 pytestmark = pytest.mark.model
 
@@ -37,7 +38,9 @@ def cache_dir() -> Path:
 
 
 def load() -> TransformersEngine:
-    return load_transformers_engine(smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=cache_dir())
+    return load_transformers_engine(
+        smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=cache_dir(), options=ONE_THREAD
+    )
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from miserver.planner.kernels import Ask, Kernels, run
 from miserver.planner.machine import Host, Machine
 from miserver.planner.proposal import Subject, propose, title, value_text
 from miserver.planner.shape import Shape, read
+from tests.conftest import TIMING
 
 GB = 10**9
 MIB = 1 << 20
@@ -44,6 +45,8 @@ EIGHT_CORES = Machine(
     seconds=1.5,
 )
 NO_DEVICE = devices.Devices((), "build")
+
+pytestmark = pytest.mark.xdist_group(TIMING)  # real kernel probes and hang timeouts
 
 
 @pytest.fixture(scope="module")
