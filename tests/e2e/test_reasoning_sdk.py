@@ -1,10 +1,11 @@
 """Reasoning content through the official `openai` SDK, unchanged, against `miserver serve`.
 
-The server serves SmolLM2 under the Qwen3-style test template (the models
-directory of tests/integration/test_reasoning.py): with thinking on the
-generation prompt opens a `<think>` span, and the few-shot history there makes
-the greedy model close it and answer. The SDK has no `reasoning_content`
-field: it keeps unknown fields, readable as attributes and in `model_extra`.
+The server serves SmolLM2 under the Qwen3-style test template (tests/models.py,
+as tests/integration/test_reasoning.py serves it): with thinking on the
+generation prompt opens a `<think>` span, and the few-shot history of
+tests/chats.py makes the greedy model close it and answer. The SDK has no
+`reasoning_content` field: it keeps unknown fields, readable as attributes and
+in `model_extra`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.conftest import cache_dir
+from tests.chats import capitals
 from tests.e2e.conftest import checked_sdk, live_server
-from tests.integration.test_reasoning import QWEN3, capitals
-from tests.integration.test_tools import SOURCE, TEMPLATES, link_model
+from tests.models import QWEN3, link_qwen3
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
@@ -28,10 +28,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def sdk(tmp_path_factory: pytest.TempPathFactory, openai_check: Check) -> Iterator[OpenAI]:
     """The SDK against a server whose launch model is SmolLM2 with the Qwen3-style template."""
-    if not (cache_dir() / SOURCE / "config.json").is_file():
-        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
-    models = tmp_path_factory.mktemp("e2e-reasoning-models")
-    link_model(models, QWEN3, (TEMPLATES / "qwen3.jinja").read_text("utf-8"))
+    models = link_qwen3(tmp_path_factory.mktemp("e2e-reasoning-models"))
     env = {"MISERVER_MODELS_DIR": str(models)}
     with (
         live_server(Path(tmp_path_factory.mktemp("e2e-reasoning")), env, model=QWEN3) as server,

@@ -1,8 +1,8 @@
 """Function calling through the official `openai` SDK, unchanged, against `miserver serve`.
 
 The server serves SmolLM2 under the Hermes test template (the models
-directory of tests/integration/test_tools.py); the few-shot history there
-makes the greedy model call `get_weather` for Paris. The last test switches
+directory of tests/models.py); the few-shot history of tests/chats.py makes
+the greedy model call `get_weather` for Paris. The last test switches
 to the default model, whose own template takes no tools (the generic format).
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.conftest import MODEL_ID, cache_dir
+from tests.chats import PARIS, WEATHER, few_shot
+from tests.conftest import MODEL_ID
 from tests.e2e.conftest import checked_sdk, live_server
-from tests.integration.test_tools import PARIS, SOURCE, WEATHER, build_models_dir, few_shot
+from tests.models import build_models_dir
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
@@ -29,8 +30,6 @@ MODEL = "SmolLM2-hermes"
 @pytest.fixture(scope="module")
 def sdk(tmp_path_factory: pytest.TempPathFactory, openai_check: Check) -> Iterator[OpenAI]:
     """The SDK against a server whose launch model is SmolLM2 with the Hermes template."""
-    if not (cache_dir() / SOURCE / "config.json").is_file():
-        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
     models = build_models_dir(tmp_path_factory.mktemp("e2e-tool-models"))
     env = {"MISERVER_MODELS_DIR": str(models)}
     with (

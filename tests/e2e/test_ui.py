@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import sync_playwright
 
 from tests.conftest import SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
@@ -29,8 +30,6 @@ from tests.e2e.documents import CIRCUIT, CLUSTER
 from tests.e2e.hostile_output import CASES
 from tests.fakehub import Fault, Hub, serve_hub
 from tests.unit.test_model_listing import write_gguf
-
-playwright_api = pytest.importorskip("playwright.sync_api")
 
 KEY = "ui-test-key-0123456789"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -79,7 +78,7 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 def browser() -> Iterator[Any]:
     if CHROMIUM is None:
         pytest.fail("chromium is not installed: tools/check installs Debian's chromium package")
-    with playwright_api.sync_playwright() as driver:
+    with sync_playwright() as driver:
         launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield launched
         launched.close()

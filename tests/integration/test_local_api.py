@@ -22,7 +22,7 @@ from miserver.settings import Settings
 from tests.conftest import JSON, LOCAL_URL, MODEL_ID, LocalClient, cache_dir, uvicorn_serving
 from tests.e2e.test_session_events import Listener
 from tests.integration.test_refusals import error_of
-from tests.integration.test_tools import CHATML, TEMPLATES, link_model
+from tests.models import CHATML, TEMPLATES, link_model
 
 
 def test_the_listing_names_every_directory_and_model(tmp_path: Path) -> None:

@@ -15,11 +15,15 @@ import pytest
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import JSON, cache_dir, uvicorn_serving
+from tests.conftest import JSON, TIMING, cache_dir, uvicorn_serving
 from tests.fakehub import Hub, serve_hub
 from tests.integration.test_downloads import Events
 
 WAIT_S = 120.0
+PROBES_S = 2.0  # LOC-PLAN-05: the probes are "a second or two" of reads and a bandwidth run
+LOADED_MARGIN = 5  # a shared 2-core machine running other tests beside this one
+
+pytestmark = pytest.mark.xdist_group(TIMING)  # LOC-PLAN-05's bound, real probes
 
 
 class Running:
@@ -64,9 +68,10 @@ def server(tmp_path: Path) -> Iterator[Running]:
 def test_a_plan_measures_this_machine_without_loading_the_model(server: Running) -> None:
     """LOC-PLAN-03, LOC-PLAN-04, LOC-PLAN-05, LOC-LOAD-11, LOC-INFO-04, LOC-EVENTS-22,
     LOC-EVENTS-23, LOC-EVENTS-24, LOC-PLAN-49, LOC-PLAN-50, LOC-PLAN-51, LOC-PLAN-52: the
-    real probes of this machine, in a few seconds, report each stage as a `plan_progress`
-    event and end with `done`; nothing is loaded; `?cached=1` answers `none` before any plan
-    and the last plan after, without measuring; `?measure=1` measures again."""
+    real probes of this machine, in LOC-PLAN-05's second or two (with a margin for a loaded
+    machine), report each stage as a `plan_progress` event and end with `done`; nothing is
+    loaded; `?cached=1` answers `none` before any plan and the last plan after, without
+    measuring; `?measure=1` measures again."""
     assert server.api.get("/info").json()["planner_available"] is True
     assert server.plan("?cached=1") == {"available": True, "none": True}
     with Events(server.base) as events:
@@ -74,7 +79,7 @@ def test_a_plan_measures_this_machine_without_loading_the_model(server: Running)
         proposal = server.plan()
         took = time.monotonic() - started
         events.wait_for(lambda seen: any(d.get("step") == "done" for n, d in seen))
-    assert took < 10, took
+    assert took < PROBES_S * LOADED_MARGIN, took  # the whole GET, probes and all
     steps = [d for n, d in events.seen if n == "plan_progress"]
     assert [d["step"] for d in steps] == [
         "devices",

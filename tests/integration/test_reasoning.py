@@ -3,11 +3,11 @@ content parts, thinking on/off and reasoning spans (LOC-CHAT-03..08, -10, -29..3
 -57, -68).
 
 SmolLM2 is served under the Qwen3-style test template (tests/data/templates/qwen3.jinja),
-the way tests/integration/test_tools.py serves it under other templates: thinking off
-renders an empty `<think>` span in the generation prompt, thinking on opens one, so the
-greedy model's reply starts inside a span. A few-shot history whose assistant turns carry
-`reasoning_content` (rendered by the template as spans) teaches it to close the span and
-answer: every split below is read off text the model generated.
+the way tests/integration/test_tools.py serves it under other templates (tests/models.py):
+thinking off renders an empty `<think>` span in the generation prompt, thinking on opens
+one, so the greedy model's reply starts inside a span. A few-shot history whose assistant
+turns carry `reasoning_content` (rendered by the template as spans) teaches it to close
+the span and answer: every split below is read off text the model generated.
 """
 
 from __future__ import annotations
@@ -23,28 +23,15 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient, cache_dir
-from tests.integration.test_tools import SOURCE, TEMPLATES, WEATHER, link_model
+from tests.chats import WEATHER, capitals
+from tests.conftest import ENGINE_THREADS, GGUF_ID, JSON, MODEL_ID, LocalClient, cache_dir
+from tests.models import QWEN3, TEMPLATES, link_qwen3
 
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
-QWEN3 = "SmolLM2-qwen3"
 MARKERS = ("<think>", "</think>")
 HI = [{"role": "user", "content": "Hi"}]
-
-
-def capitals(*, reasoning: bool = True) -> list[dict[str, Any]]:
-    """Three asked-reasoned-answered turns, then the question to answer."""
-    messages: list[dict[str, Any]] = []
-    for country, city in [("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo")]:
-        answer: dict[str, Any] = {"role": "assistant", "content": f"{city}."}
-        if reasoning:
-            answer["reasoning_content"] = (
-                f"The user asks for the capital of {country}. It is {city}."
-            )
-        messages += [{"role": "user", "content": f"What is the capital of {country}?"}, answer]
-    return [*messages, {"role": "user", "content": "What is the capital of France?"}]
 
 
 def weather_calls() -> list[dict[str, Any]]:
@@ -72,16 +59,17 @@ def ask(**extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (cache_dir() / SOURCE / "config.json").is_file():
-        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
-    folder = tmp_path_factory.mktemp("reasoning-models")
-    link_model(folder, QWEN3, (TEMPLATES / "qwen3.jinja").read_text("utf-8"))
-    return folder
+    return link_qwen3(tmp_path_factory.mktemp("reasoning-models"))
 
 
 def serve(models: Path, data: Path) -> Server:
     settings = Settings(
-        data_dir=data, cache_dir=cache_dir(), model=MODEL_ID, models_dir=models, queue_heartbeat=0.2
+        threads=ENGINE_THREADS,
+        data_dir=data,
+        cache_dir=cache_dir(),
+        model=MODEL_ID,
+        models_dir=models,
+        queue_heartbeat=0.2,
     )
     return Server(settings, preload=False)
 

@@ -8,19 +8,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import GGUF_ID, JSON, MODEL_ID
+from tests.errors import error_of
 
 USER = [{"role": "user", "content": "Hi"}]
-
-
-def error_of(response: Any, status: int, code: str, param: str | None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["code"] == code
-    assert body["error"]["param"] == param
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    return dict(body["error"])
 
 
 def assert_nothing_loaded(client: TestClient) -> None:

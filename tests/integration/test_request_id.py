@@ -21,7 +21,6 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from miserver.http.security import BODY_CAP
 from miserver.request_ids import RequestIdFilter
 from tests.conftest import JSON, MODEL_ID
 from tests.integration.test_security import KEY, Running, serving, settings_in
@@ -31,6 +30,7 @@ SANE = "trace-01.a:B_c"
 INSANE = ["has space", "x" * 129, "semi;colon", 'quote"d', ""]
 HI = [{"role": "user", "content": "Hi"}]
 WAIT_S = 120.0
+OVER_CAP = 8_388_608 + 1  # LOC-SEC-67: bodies are capped at 8 MiB (8,388,608 bytes)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def _cases(local: Running, keyed: Running) -> dict[str, tuple[Running, Callable[
         "401": (keyed, post(chat, **JSON)),
         "403": (local, lambda c: c.get("/v1/models", headers={"Host": "evil.example"})),
         "404": (local, post({**chat, "model": "no-such-model"}, **JSON)),
-        "413": (local, post(b" " * (BODY_CAP + 1), **JSON)),
+        "413": (local, post(b" " * OVER_CAP, **JSON)),
         "415": (local, post(chat, **{"Content-Type": "text/plain"})),
     }
 

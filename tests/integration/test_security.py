@@ -21,16 +21,17 @@ import httpx
 import pytest
 
 from miserver.app import Server
-from miserver.http.security import BODY_CAP, SECURITY_HEADERS
 from miserver.settings import Settings
 from tests.conftest import JSON, cache_dir, uvicorn_serving
 from tests.e2e.conftest import free_port, serve_command
-from tests.integration.test_refusals import error_of
+from tests.errors import error_of
+from tests.security_headers import REQUIRED_HEADERS
 
 KEY = "s3cret-key_0123"
 PROFILE = b'{"sae_id": "s", "layer": 1, "features": []}'
 DEV_ORIGIN = "http://localhost:5173"
 START_TIMEOUT_S = 20.0
+CAP = 8_388_608  # LOC-SEC-67: bodies are capped at 8 MiB (8,388,608 bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +88,9 @@ def client(local: Running) -> Iterator[httpx.Client]:
 
 
 def assert_secured(response: httpx.Response) -> None:
-    """The four headers, each exactly once with exactly its value, and no CORS header."""
-    for name, value in SECURITY_HEADERS.items():
+    """LOC-SEC-36..39: the four headers, each exactly once with exactly the value REQ-003
+    gives (tests/security_headers.py); LOC-SEC-23: no CORS header."""
+    for name, value in REQUIRED_HEADERS.items():
         assert response.headers.get_list(name) == [value], name
     assert not [name for name in response.headers if name.lower().startswith("access-control-")]
 
@@ -210,7 +212,8 @@ def test_no_response_carries_a_cors_header(client: httpx.Client, local: Running)
 
 
 def test_every_response_carries_the_security_headers(client: httpx.Client, local: Running) -> None:
-    """LOC-SEC-36..39: exactly the CSP, nosniff, no-referrer and DENY on answers, errors,
+    """LOC-SEC-36, LOC-SEC-37, LOC-SEC-38, LOC-SEC-39: exactly the CSP REQ-003 writes out,
+    nosniff, no-referrer and DENY (literals, tests/security_headers.py) on answers, errors,
     refusals and an event stream (a streamed chat on the embedded GGUF)."""
     model = local.app.launch_model_id()
     responses = [
@@ -400,10 +403,16 @@ def test_a_declared_length_over_8_mib_is_413(client: httpx.Client) -> None:
     error_of(response, 413, "payload_too_large", None)
 
 
-def test_a_body_of_exactly_8_mib_is_read(client: httpx.Client, local: Running) -> None:
-    """LOC-SEC-67: the cap is 8,388,608 bytes; a body that long reaches the app."""
+def capped_chat(size: int) -> bytes:
+    """A chat body naming no loaded model, padded with blanks to `size` bytes."""
     body = b'{"model": "no-such-model", "messages": [{"role": "user", "content": "Hi"}]}'
-    padded = body + b" " * (BODY_CAP - len(body))
+    return body + b" " * (size - len(body))
+
+
+def test_a_body_of_exactly_8_mib_is_read(client: httpx.Client) -> None:
+    """LOC-SEC-67: the cap is 8,388,608 bytes; a body that long reaches the app, declared
+    or chunked."""
+    padded = capped_chat(CAP)
 
     def chunks() -> Iterator[bytes]:
         yield padded
@@ -411,6 +420,20 @@ def test_a_body_of_exactly_8_mib_is_read(client: httpx.Client, local: Running) -
     for content in (padded, chunks()):
         response = client.post("/v1/chat/completions", content=content, headers=JSON)
         error_of(response, 404, "model_not_found", "model")
+
+
+def test_one_byte_over_8_mib_is_413(client: httpx.Client) -> None:
+    """LOC-SEC-67: 8,388,609 bytes, the cap and one, is refused, declared or chunked."""
+    padded = capped_chat(CAP + 1)
+
+    def chunks() -> Iterator[bytes]:
+        yield padded[:CAP]
+        yield padded[CAP:]
+
+    for content in (padded, chunks()):
+        response = client.post("/v1/chat/completions", content=content, headers=JSON)
+        error_of(response, 413, "payload_too_large", None)
+        assert_secured(response)
 
 
 # --- Start-up -----------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """Function calling on chat (OAI-TOOLS) with the real SmolLM2, in process.
 
-SmolLM2's own template takes no tools, so the models directory built here
-holds SmolLM2 under the three test templates (tests/data/templates): one
-folder per call format, the weights symlinked, only `chat_template.jinja`
-differing. A greedy few-shot history of three `get_weather` calls makes the
-model call in all three formats. Tests are grouped by family (a
-module-scoped parametrized fixture), so each model loads once and the kept
-prefix cache serves every request after a family's first.
+SmolLM2's own template takes no tools, so the models directory
+(tests/models.py) holds SmolLM2 under the three test templates
+(tests/data/templates): one folder per call format, the weights symlinked, only
+`chat_template.jinja` differing. A greedy few-shot history of three
+`get_weather` calls (tests/chats.py) makes the model call in all three
+formats. Tests are grouped by family (a module-scoped parametrized fixture),
+so each model loads once and the kept prefix cache serves every request after
+a family's first.
 """
 
 from __future__ import annotations
@@ -21,102 +22,27 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
+from tests.chats import (
+    NAMED,
+    PARIS,
+    WEATHER,
+    Replies,
+    assert_weather_call,
+    few_shot,
+    post,
+    two_city_chat,
+)
+from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
+from tests.errors import error_of
+from tests.models import FAMILIES, build_models_dir
 
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
-FAMILIES = ("hermes", "lfm2", "llama3")
-SOURCE = "SmolLM2-135M-Instruct.Q4_1-747cb1f0195582d0"
-TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
-
-CHATML = (
-    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
-    "{{ message.content }}<|im_end|>\n{% endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-GEMMA = (
-    "{#- Tools declared and called Gemma-style: "
-    "<start_function_call>call:name{city:<escape>Paris<escape>}<end_function_call> -#}\n"
-    "{%- if tools %}<start_function_declaration>{{ tools | tojson }}"
-    "<end_function_declaration>\n{% endif %}" + CHATML
-)
-EXTRA_TEMPLATES = {"gemma": GEMMA, "plain": CHATML}
-
-WEATHER: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
-PARIS = {"city": "Paris"}
-
-
-def few_shot(*, as_object: bool = False, last_result: str = "3 C") -> list[dict[str, Any]]:
-    """Three asked-called-answered turns, then the question the model should call for.
-
-    `as_object` sends the history's `arguments` as objects instead of JSON
-    strings; `last_result` is the last tool message's content.
-    """
-    messages: list[dict[str, Any]] = []
-    for city, result in [("London", "12 C"), ("Rome", "25 C"), ("Oslo", last_result)]:
-        arguments: Any = {"city": city} if as_object else json.dumps({"city": city})
-        call = {"name": "get_weather", "arguments": arguments}
-        messages += [
-            {"role": "user", "content": f"What is the weather in {city}?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": f"call_{city}", "type": "function", "function": call}],
-            },
-            {"role": "tool", "tool_call_id": f"call_{city}", "content": result},
-            {"role": "assistant", "content": f"It is {result} in {city}."},
-        ]
-    return [*messages, {"role": "user", "content": "What is the weather in Paris?"}]
-
-
-def link_model(models: Path, name: str, template: str | None) -> None:
-    """SmolLM2's cached HF folder as `models/name`, with `template` as its chat template."""
-    source = cache_dir() / SOURCE
-    folder = models / name
-    folder.mkdir()
-    for path in source.iterdir():
-        if path.name == "chat_template.jinja":
-            continue
-        if path.name == "tokenizer_config.json":
-            config = json.loads(path.read_text(encoding="utf-8"))
-            if "chat_template" in config:  # keep the folder template-free where asked
-                del config["chat_template"]
-                (folder / path.name).write_text(json.dumps(config), encoding="utf-8")
-                continue
-        (folder / path.name).symlink_to(path)
-    if template is not None:
-        (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
-
-
-def build_models_dir(models: Path) -> Path:
-    """`SmolLM2-<family>` for every test template, plus `-gemma`, `-plain`, `-notemplate`."""
-    for family in FAMILIES:
-        link_model(models, f"SmolLM2-{family}", (TEMPLATES / f"{family}.jinja").read_text())
-    for name, template in EXTRA_TEMPLATES.items():
-        link_model(models, f"SmolLM2-{name}", template)
-    link_model(models, "SmolLM2-notemplate", None)
-    return models
 
 
 @pytest.fixture(scope="session")
 def tool_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (cache_dir() / SOURCE / "config.json").is_file():
-        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
     return build_models_dir(tmp_path_factory.mktemp("tool-models"))
 
 
@@ -125,6 +51,7 @@ def tools_client(
     tool_models: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestClient]:
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path_factory.mktemp("tools-data"),
         cache_dir=cache_dir(),
         model=MODEL_ID,
@@ -153,12 +80,6 @@ def body(family: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def post(client: TestClient, payload: dict[str, Any]) -> dict[str, Any]:
-    response = client.post(CHAT, json=payload)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
 def sse_data(client: TestClient, payload: dict[str, Any]) -> list[Any]:
     """The `data:` payloads of a stream, `[DONE]` kept as a string."""
     with client.stream("POST", CHAT, json={**payload, "stream": True}) as response:
@@ -172,27 +93,6 @@ def sse_data(client: TestClient, payload: dict[str, Any]) -> list[Any]:
     return [p if p == "[DONE]" else json.loads(p) for p in payloads]
 
 
-def error_of(response: Any, status: int, code: str, param: str | None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert (error["code"], error["param"]) == (code, param), error
-    return dict(error)
-
-
-def assert_weather_call(call: dict[str, Any], *, streamed: bool = False) -> None:
-    """OAI-TOOLS-04 / -06: one call in OpenAI's shape, its arguments a whole JSON string."""
-    keys = {"index", "id", "type", "function"} if streamed else {"id", "type", "function"}
-    assert set(call) == keys, call
-    assert call["id"].startswith("call_") and len(call["id"]) > len("call_")
-    assert call["type"] == "function"
-    assert set(call["function"]) == {"name", "arguments"}
-    assert call["function"]["name"] == "get_weather"
-    assert isinstance(call["function"]["arguments"], str)
-    assert json.loads(call["function"]["arguments"]) == PARIS
-    if streamed:
-        assert call["index"] == 0
-
-
 def assert_plain(choice: dict[str, Any]) -> None:
     """OAI-TOOLS-21: an unparsed reply is content with its usual finish_reason."""
     assert "tool_calls" not in choice["message"]
@@ -203,20 +103,6 @@ def assert_plain(choice: dict[str, Any]) -> None:
 def function_of(reply: dict[str, Any]) -> dict[str, Any]:
     """The first call's `function` of a reply."""
     return dict(reply["choices"][0]["message"]["tool_calls"][0]["function"])
-
-
-class Replies:
-    """Each distinct request answered once per module (greedy replies repeat)."""
-
-    def __init__(self, client: TestClient) -> None:
-        self._client = client
-        self._seen: dict[str, dict[str, Any]] = {}
-
-    def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
-        key = json.dumps(payload, sort_keys=True)
-        if key not in self._seen:
-            self._seen[key] = post(self._client, payload)
-        return self._seen[key]
 
 
 @pytest.fixture(scope="module")
@@ -383,28 +269,6 @@ def test_a_call_to_a_function_not_offered_is_content(
 
 
 # -- one model each -------------------------------------------------------------------
-
-
-def two_city_chat() -> list[dict[str, Any]]:
-    """Two turns that each call get_weather twice, then a question about two cities."""
-    messages: list[dict[str, Any]] = []
-    for first, second in [("London", "Rome"), ("Oslo", "Bern")]:
-        calls = [
-            {
-                "id": f"call_{city}",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
-            }
-            for city in (first, second)
-        ]
-        messages += [
-            {"role": "user", "content": f"What is the weather in {first} and {second}?"},
-            {"role": "assistant", "content": None, "tool_calls": calls},
-            {"role": "tool", "tool_call_id": f"call_{first}", "content": "12 C"},
-            {"role": "tool", "tool_call_id": f"call_{second}", "content": "20 C"},
-            {"role": "assistant", "content": f"{first}: 12 C. {second}: 20 C."},
-        ]
-    return [*messages, {"role": "user", "content": "What is the weather in Paris and Madrid?"}]
 
 
 @pytest.mark.parametrize("family", ["lfm2"], indirect=True)

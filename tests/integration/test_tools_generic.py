@@ -3,9 +3,8 @@
 SmolLM2's own chat template takes no tools, so the default model is served in
 the generic format: the server lists the tools in the system turn, the reply
 is constrained to one JSON document (calls or content), and tool history is
-rendered by the server. The greedy few-shot history of tests/integration/
-test_tools.py makes the model call `get_weather` for Paris; after a tool
-result it answers in words.
+rendered by the server. The greedy few-shot history of tests/chats.py makes
+the model call `get_weather` for Paris; after a tool result it answers in words.
 """
 
 from __future__ import annotations
@@ -20,21 +19,19 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.serving.chat import generic
 from miserver.settings import Settings
-from tests.conftest import MODEL_ID, LocalClient, cache_dir
-from tests.integration.test_tools import (
-    GGUF_ID,
+from tests.chats import (
     NAMED,
     PARIS,
-    SOURCE,
     WEATHER,
     Replies,
     assert_weather_call,
-    build_models_dir,
-    error_of,
     few_shot,
     post,
     two_city_chat,
 )
+from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
+from tests.errors import error_of
+from tests.models import build_models_dir
 
 pytestmark = pytest.mark.model
 
@@ -45,9 +42,8 @@ HEADER = "X-miLLM-Tool-Format"
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     """The default model (SmolLM2's own template), and SmolLM2 without a template."""
-    if not (cache_dir() / SOURCE / "config.json").is_file():
-        pytest.skip(f"the converted SmolLM2 is not in {cache_dir()} (run the model tests first)")
     settings = Settings(
+        threads=ENGINE_THREADS,
         data_dir=tmp_path_factory.mktemp("generic-data"),
         cache_dir=cache_dir(),
         model=MODEL_ID,

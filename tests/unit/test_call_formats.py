@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +15,8 @@ from miserver.serving.chat.call_formats import (
     format_of,
     takes_tools,
 )
-from tests.conftest import cache_dir
+from tests.models import TEMPLATES, converted_default
 
-TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
-TOKENIZER = cache_dir() / "SmolLM2-135M-Instruct.Q4_1-747cb1f0195582d0"
 OFFERED = frozenset({"get_weather", "get_time"})
 PARIS = ToolCall("get_weather", '{"city": "Paris"}')
 TOKYO = ToolCall("get_weather", '{"city": "Tokyo"}')
@@ -421,11 +418,10 @@ RENDERED_RESULTS = {
 
 
 def render(name: str, arguments: Any) -> str:
-    if not (TOKENIZER / "tokenizer.json").is_file():
-        pytest.skip(f"no converted SmolLM2 tokenizer at {TOKENIZER}")
+    """A tool call and its result rendered by test template `name` with SmolLM2's tokenizer."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    tokenizer = AutoTokenizer.from_pretrained(converted_default())
     call: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": "get_weather"}}
     call["function"]["arguments"] = arguments
     messages: list[dict[str, Any]] = [
@@ -445,6 +441,7 @@ def render(name: str, arguments: Any) -> str:
     return text
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["hermes", "lfm2", "llama3"])
 def test_template_renders_mapping_arguments(name: str) -> None:
     """OAI-TOOLS-08, OAI-TOOLS-09, OAI-TOOLS-10: history calls (arguments as a mapping) and
@@ -457,6 +454,7 @@ def test_template_renders_mapping_arguments(name: str) -> None:
     assert text.endswith("<|im_start|>assistant\n")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", ["hermes", "lfm2", "llama3"])
 def test_template_renders_string_arguments(name: str) -> None:
     """OAI-TOOLS-08, OAI-TOOLS-09, OAI-TOOLS-10: history calls with arguments as a JSON string."""

@@ -13,9 +13,8 @@ from miserver.serving.chat import generic
 from miserver.serving.chat.call_formats import ParsedReply, ToolCall
 from miserver.serving.chat.generic import GENERIC, DocumentBuffer, content_so_far
 from miserver.serving.chat.tools import shown, tool_ask, tool_plan
-from tests.conftest import cache_dir
+from tests.models import converted_default
 
-TOKENIZER = cache_dir() / "SmolLM2-135M-Instruct.Q4_1-747cb1f0195582d0"
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {
     "type": "function",
@@ -268,16 +267,15 @@ def test_loosened_schema_takes_any_object_then_none() -> None:
     assert loose.loosened().constraint is None
 
 
+@pytest.mark.model
 def test_the_grammar_compiles_and_holds_the_model_to_a_document() -> None:
     """OAI-TOOLS-12, -14 (generic): llguidance, as the engines use it, compiles the schema over
     SmolLM2's tokenizer; it accepts a calls document and refuses an unoffered name."""
-    if not (TOKENIZER / "tokenizer.json").is_file():
-        pytest.skip(f"no converted SmolLM2 tokenizer at {TOKENIZER}")
     import llguidance
     import llguidance.hf
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    tokenizer = AutoTokenizer.from_pretrained(converted_default())
     ll = llguidance.hf.from_tokenizer(tokenizer, eos_token=[tokenizer.eos_token_id])
     plan = tool_plan(tool_ask([WEATHER, TIME], "required"), None)
     assert plan is not None and plan.constraint is not None
