@@ -33,6 +33,7 @@ $("key-form").addEventListener("submit", () => {
 });
 
 async function api(path, options = {}) {
+  const sent = localStorage.getItem(KEY_STORE);
   const init = { ...options, headers: keyHeaders(options.headers || {}) };
   if (init.json !== undefined) init.body = JSON.stringify(init.json);
   delete init.json;
@@ -41,7 +42,11 @@ async function api(path, options = {}) {
   const response = await fetch(path, init);
   if (response.status === 401) {
     const body = await response.json().catch(() => ({}));
-    await askForKey(body?.error?.message || "This server needs its API key.");
+    // a 401 to a request sent before the key was entered retries with that key, rather
+    // than asking again over a page that has its key
+    if (localStorage.getItem(KEY_STORE) === sent) {
+      await askForKey(body?.error?.message || "This server needs its API key.");
+    }
     return api(path, options);
   }
   return response;
