@@ -199,6 +199,35 @@ def _live_steering(settings: Settings, db: Database) -> LiveSteering:
     )
 
 
+def _downloads(settings: Settings, catalog: Catalog, bus: EventBus) -> Downloads:
+    """The model downloads from the catalog, announced on the bus."""
+    return Downloads(
+        catalog,
+        settings.resolved_models_dir,
+        settings.hf_endpoint,
+        bus.publish,
+        wait_s=settings.download_retry_wait_s,
+        wait_max_s=settings.download_retry_wait_max_s,
+    )
+
+
+def _planner(
+    settings: Settings,
+    bus: EventBus,
+    config: ConfigService,
+    manager: ModelManager,
+    session: Session,
+) -> Planner:
+    return Planner(
+        bus=bus,
+        config=config,
+        manager=manager,
+        session=session,
+        models_dir=settings.resolved_models_dir,
+        isolated=not settings.no_isolated_probes,
+    )
+
+
 # the routes whose requests wait for the slot
 QUEUED = frozenset(
     {
@@ -245,23 +274,35 @@ class Server:
         )
 
     def _services(self, registry: ModelRegistry, flags: Mapping[str, Any] | None) -> ServerState:
-        """Every service the handlers reach, wired to one manager and one scheduler."""
-        settings, executor = self.settings, self._executor
-        manager = ModelManager(registry, settings, executor)
-        manager.lock = ModelLock(self._db)
+        """Every service the handlers reach, wired to one manager and one scheduler.
+
+        The manager and the config know each other: the config follows the manager's loads,
+        and each load asks the config how it goes (`config` is bound below, before any load)."""
+        settings = self.settings
+        manager = ModelManager(
+            registry,
+            settings,
+            self._executor,
+            lock=ModelLock(self._db),
+            load_options=lambda: config.load_options(),
+        )
         scheduler = Scheduler(
             settings.queue_max_waiting, settings.queue_retry_after, rows=manager.batch_rows
         )
-        live = _live_steering(settings, self._db)
-        probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max))
         locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
         session = Session(manager, scheduler, self.bus, launch_id=self._launch_id, locator=locator)
-        decisions = DecisionService(manager, scheduler, executor)
         config = ConfigService.open(
             settings, self.bus, self._launch_id, manager, locator=locator, flags=flags
         )
-        manager.load_options = config.load_options
-        decisions.enabled = lambda: bool(config.in_session("decide"))
+        return self._state(manager, scheduler, session, config)
+
+    def _state(
+        self, manager: ModelManager, scheduler: Scheduler, session: Session, config: ConfigService
+    ) -> ServerState:
+        """The services built on the shared manager, scheduler, session and config."""
+        settings, executor, bus = self.settings, self._executor, self.bus
+        live = _live_steering(settings, self._db)
+        probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max))
         service = CompletionService(
             settings,
             manager,
@@ -275,14 +316,6 @@ class Server:
         )
         admin = SteeringAdmin(live, manager)
         catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
-        planner = Planner(
-            bus=self.bus,
-            config=config,
-            manager=manager,
-            session=session,
-            models_dir=settings.resolved_models_dir,
-            isolated=not settings.no_isolated_probes,
-        )
         return ServerState(
             settings=settings,
             manager=manager,
@@ -295,21 +328,16 @@ class Server:
             probe_scores=ProbeScores(
                 settings, manager, scheduler, executor, live=live, probes=probes
             ),
-            decisions=decisions,
+            decisions=DecisionService(
+                manager, scheduler, executor, enabled=lambda: bool(config.in_session("decide"))
+            ),
             embeddings=EmbeddingService(settings, manager, scheduler, executor),
             session=session,
-            bus=self.bus,
+            bus=bus,
             config=config,
-            downloads=Downloads(
-                catalog,
-                settings.resolved_models_dir,
-                settings.hf_endpoint,
-                self.bus.publish,
-                wait_s=settings.download_retry_wait_s,
-                wait_max_s=settings.download_retry_wait_max_s,
-            ),
+            downloads=_downloads(settings, catalog, bus),
             hf=HfAdmin(Hub(settings.hf_endpoint), catalog),
-            planner=planner,
+            planner=_planner(settings, bus, config, manager, session),
         )
 
     def _gate(self, method: str, path: str) -> ApiError | None:

@@ -64,11 +64,19 @@ def answer(decision: Decision) -> dict[str, Any]:
 
 
 class DecisionService:
-    def __init__(self, manager: ModelManager, scheduler: Scheduler, executor: Executor) -> None:
+    def __init__(
+        self,
+        manager: ModelManager,
+        scheduler: Scheduler,
+        executor: Executor,
+        *,
+        enabled: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`enabled`: the session's `decide` parameter (LOC-DECIDE-24)."""
         self._manager = manager
         self._scheduler = scheduler
         self._executor = executor
-        self.enabled: Callable[[], bool] = lambda: True  # the session's `decide` parameter
+        self.enabled = enabled
 
     def _engine(self) -> Engine:
         resident = self._manager.resident

@@ -109,7 +109,17 @@ class Resident:
 
 
 class ModelManager:
-    def __init__(self, registry: ModelRegistry, settings: Settings, executor: Executor) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        settings: Settings,
+        executor: Executor,
+        *,
+        lock: ModelLock | None = None,
+        load_options: Callable[[], LoadOptions] | None = None,
+    ) -> None:
+        """`lock`: the model lock for steering work (lock.py). `load_options`: how the next
+        load goes (the config's session parameters; by default the launch's threads)."""
         self.registry = registry
         self._settings = settings
         self._executor = executor
@@ -121,10 +131,11 @@ class ModelManager:
         self._error = ""  # why the last load failed ("" after a success or an unload)
         self.load_seconds = 0.0
         self.on_change: Callable[[], None] | None = None  # the session state moved (events)
-        # How the next load goes: the config's session parameters once the config is up.
-        self.load_options: Callable[[], LoadOptions] = lambda: LoadOptions(threads=settings.threads)
+        self.load_options: Callable[[], LoadOptions] = load_options or (
+            lambda: LoadOptions(threads=settings.threads)
+        )
         self.loaded_options = LoadOptions()  # what the resident model was loaded with
-        self.lock: ModelLock | None = None  # the model lock for steering work (lock.py)
+        self.lock = lock
 
     def _changed(self) -> None:
         if self.on_change is not None:
