@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from starlette.types import ASGIApp
 
-from tests.conftest import uvicorn_serving
+from tools.uvicorn_thread import uvicorn_serving
 
 
 @contextlib.contextmanager

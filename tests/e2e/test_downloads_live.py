@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import live_server
-from tests.fakehub import Fault, Hub, serve_hub
+from tools.fakehub import Fault, Hub, serve_hub
 
 pytestmark = pytest.mark.e2e
 

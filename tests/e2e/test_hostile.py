@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import LiveServer, live_server
-from tests.fakehub import Hub, serve_hub
+from tools.fakehub import Hub, serve_hub
 from tools.hostile import client, corpus
 
 pytestmark = pytest.mark.e2e

@@ -61,7 +61,7 @@ from miserver.conformance.checks.schema import bounded
 from miserver.conformance.fuzzing import CHECKS
 from tests.conftest import GGUF_ID, MODEL_ID
 from tests.e2e.conftest import live_server
-from tests.fakehub import Hub, serve_hub
+from tools.fakehub import Hub, serve_hub
 
 pytestmark = pytest.mark.e2e
 

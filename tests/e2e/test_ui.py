@@ -28,11 +28,13 @@ from tests.conftest import SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
 from tests.e2e.documents import CIRCUIT, CLUSTER
 from tests.e2e.hostile_output import CASES
-from tests.fakehub import Fault, Hub, serve_hub
 from tests.unit.test_model_listing import write_gguf
+from tools.fakehub import Fault, Hub, serve_hub
 
 KEY = "ui-test-key-0123456789"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WEB = Path(__file__).resolve().parents[2] / "impl" / "web"
+MODULES = sorted(p.name for p in WEB.glob("*.js"))  # main.js and the modules it imports
 
 # what a rendered reply may never hold (SEC-28..34)
 DOM_CHECK = """(turn) => {
@@ -153,7 +155,9 @@ def test_a_streamed_chat_with_the_key(page: Page) -> None:
     assert all(r.url.startswith(page.origin + "/") for r in page.requests)
     scripts = [r.url for r in page.requests if r.resource_type == "script"]
     styles = [r.url for r in page.requests if r.resource_type == "stylesheet"]
-    assert (scripts, styles) == ([page.origin + "/ui/app.js"], [page.origin + "/ui/app.css"])
+    assert scripts[0] == page.origin + "/ui/main.js"  # the page's one script, then its imports
+    assert sorted(scripts) == [page.origin + "/ui/" + name for name in MODULES]
+    assert styles == [page.origin + "/ui/app.css"]
     assert page.csp_violations() == []
 
 
@@ -195,6 +199,37 @@ def test_continue_extends_the_last_reply(page: Page) -> None:
     after = " ".join(body.inner_text().split())
     assert page.page.locator("article.turn.assistant").count() == 1
     assert len(after) > len(before) and after.startswith(before[: len(before) // 2])
+    assert page.csp_violations() == []
+
+
+def test_enter_sends_and_shift_enter_starts_a_new_line(page: Page) -> None:
+    """Issue 41: in the message box Enter sends, Shift+Enter starts a new line, and an
+    Enter that ends an input method's composition (`isComposing`) only ends it."""
+    page.open_with_key()
+    page.page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=_fake_reply("Yes.")
+        ),
+    )
+    box = page.page.locator("#prompt")
+    box.press_sequentially("first line")
+    box.press("Shift+Enter")
+    box.press_sequentially("second line")
+    assert box.input_value() == "first line\nsecond line"
+    box.dispatch_event("keydown", {"key": "Enter", "isComposing": True, "cancelable": True})
+    box.dispatch_event("keydown", {"key": "Enter", "keyCode": 229, "cancelable": True})
+    assert box.input_value() == "first line\nsecond line"
+    assert page.page.locator("article.turn").count() == 0
+    with page.page.expect_request("**/v1/chat/completions") as asked:
+        box.press("Enter")
+    sent = json.loads(asked.value.post_data or "{}")["messages"]
+    assert sent == [{"role": "user", "content": "first line\nsecond line"}]
+    page.page.locator("article.turn.assistant .body:has-text('Yes.')").wait_for(timeout=10_000)
+    assert box.input_value() == ""
+    assert page.page.locator("article.turn.user").inner_text() == "first line\nsecond line"
+    chats = [r for r in page.requests if r.url.endswith("/v1/chat/completions")]
+    assert len(chats) == 1
     assert page.csp_violations() == []
 
 
@@ -247,6 +282,28 @@ def test_hostile_output_renders_inert(hostile_page: Page, name: str, text: str, 
     assert page.csp_violations() == []
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029"], ids=["u2028", "u2029"])
+def test_a_list_line_holding_a_line_separator_renders(hostile_page: Page, separator: str) -> None:
+    """Issue 41: a list marker line holding U+2028 or U+2029 (which a regular expression's
+    `.` does not match) is read as a paragraph, where the one-script renderer looped for
+    good and froze the page; the words are still there."""
+    page = hostile_page
+    text = f"- one{separator}two\n- three"
+    page.page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=_fake_reply(text)
+        ),
+    )
+    try:
+        turn = page.send(f"separator {separator!r}")
+        shown = turn.locator(".body").inner_text()
+        assert "one" in shown and "two" in shown and "three" in shown
+    finally:
+        page.page.unroute("**/v1/chat/completions")
+    assert page.csp_violations() == []
+
+
 def test_the_corpus_is_large_enough() -> None:
     """Issue 22: at least 40 hostile cases (script tags, handlers, `javascript:` links,
     forms, styles, SVG tricks, remote images, `data:` images allowed and refused, nested
@@ -256,11 +313,11 @@ def test_the_corpus_is_large_enough() -> None:
 
 
 def test_the_page_s_files_are_the_packaged_ones() -> None:
-    """LOC-SEC-40: one page, one script, one stylesheet; the page has no inline script or
-    style (every script and style is a file of the origin)."""
-    web = Path(__file__).resolve().parents[2] / "impl" / "web"
-    html = (web / "index.html").read_text()
-    assert html.count("<script") == 1 and 'src="/ui/app.js"' in html
+    """LOC-SEC-40: one page, one script (main.js, an ES module that imports the others),
+    one stylesheet; the page has no inline script or style (every script and style is a
+    file of the origin)."""
+    html = (WEB / "index.html").read_text()
+    assert html.count("<script") == 1 and '<script type="module" src="/ui/main.js">' in html
     assert "<style" not in html and " style=" not in html
     assert re.search(r"\son[a-z]+\s*=", html) is None
 

@@ -2,7 +2,7 @@
 (REQ-003 MODELS-28..37, DL-01..19, PART-01..07, SEC-43..47, EVENTS-18/19; issue 20).
 
 The server runs under uvicorn with `--catalog` naming a catalog whose entries
-live on the fake hub (tests/fakehub.py), `--hf-endpoint` pointing at it, and
+live on the fake hub (tools/fakehub.py), `--hf-endpoint` pointing at it, and
 short retry waits. Files are real bytes: the embedded SmolLM2 GGUF, and split
 sets cut from random bytes. Progress is read from GET /api/events as a client
 would.
@@ -25,9 +25,10 @@ import pytest
 from miserver.app import Server
 from miserver.models.catalog import shipped
 from miserver.settings import Settings
-from tests.conftest import JSON, TIMING, cache_dir, uvicorn_serving
-from tests.fakehub import Fault, Hub, serve_hub
+from tests.conftest import JSON, TIMING, cache_dir
 from tests.integration.test_request_id import Events as _Events
+from tools.fakehub import Fault, Hub, serve_hub
+from tools.uvicorn_thread import uvicorn_serving
 
 pytestmark = pytest.mark.xdist_group(TIMING)  # transfer rates and event pacing
 

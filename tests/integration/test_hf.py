@@ -23,9 +23,10 @@ from huggingface_hub import HfApi
 from miserver.app import Server
 from miserver.models.hub import EXPAND
 from miserver.settings import Settings
-from tests.conftest import JSON, cache_dir, uvicorn_serving
-from tests.fakehub import Fault, Hub, serve_hub
+from tests.conftest import JSON, cache_dir
 from tests.integration.test_downloads import Events
+from tools.fakehub import Fault, Hub, serve_hub
+from tools.uvicorn_thread import uvicorn_serving
 
 REPO = "fake-org/tiny-GGUF"
 GATED = "fake-org/gated-GGUF"

@@ -19,10 +19,11 @@ from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.models.catalog import shipped
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
-from tests.conftest import JSON, LOCAL_URL, MODEL_ID, LocalClient, cache_dir, uvicorn_serving
+from tests.conftest import JSON, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
 from tests.e2e.test_session_events import Listener
 from tests.integration.test_refusals import error_of
 from tests.models import CHATML, TEMPLATES, link_model
+from tools.uvicorn_thread import uvicorn_serving
 
 
 def test_the_listing_names_every_directory_and_model(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ import pytest
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import JSON, TIMING, cache_dir, uvicorn_serving
-from tests.fakehub import Hub, serve_hub
+from tests.conftest import JSON, TIMING, cache_dir
 from tests.integration.test_downloads import Events
+from tools.fakehub import Hub, serve_hub
+from tools.uvicorn_thread import uvicorn_serving
 
 WAIT_S = 120.0
 PROBES_S = 2.0  # LOC-PLAN-05: the probes are "a second or two" of reads and a bandwidth run

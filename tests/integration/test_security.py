@@ -22,10 +22,11 @@ import pytest
 
 from miserver.app import Server
 from miserver.settings import Settings
-from tests.conftest import JSON, cache_dir, uvicorn_serving
+from tests.conftest import JSON, cache_dir
 from tests.e2e.conftest import free_port, serve_command
 from tests.errors import error_of
 from tests.security_headers import REQUIRED_HEADERS
+from tools.uvicorn_thread import uvicorn_serving
 
 KEY = "s3cret-key_0123"
 PROFILE = b'{"sae_id": "s", "layer": 1, "features": []}'

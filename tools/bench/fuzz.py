@@ -6,7 +6,7 @@
 compute threads, one by default: the bench's client shares a small machine;
 `--default-max-tokens 16`, so that a mutation that mangles `max_tokens` away
 asks for 16 tokens, not 512), a subprocess on loopback with `--hf-endpoint`
-on an empty fake site on loopback (tests/fakehub.py: no request leaves the
+on an empty fake site on loopback (tools/fakehub.py: no request leaves the
 machine), gets `--count` requests one at a time: the whole hostile corpus
 (tests/data/hostile/, every case on every route it names), then seeded random
 mutations of the targets' base bodies (tools/hostile/mutate.py: byte flips,
@@ -35,8 +35,8 @@ from pathlib import Path
 import httpx
 
 from miserver.settings import from_env
-from tests.fakehub import Hub, serve_hub
 from tools.bench import common
+from tools.fakehub import Hub, serve_hub
 from tools.hostile import client, corpus, mutate
 from tools.hostile.corpus import Request
 

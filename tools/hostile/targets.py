@@ -7,7 +7,7 @@ profile `hostile` is created and deleted; it is never made active; the probe
 not exist, so it is never stored; downloads name a catalog id that does not
 exist, so none starts; the /api/hf bodies name a repository the site does not
 have, so nothing is added: the server under the corpus runs with
-`--hf-endpoint` on a fake site, tests/fakehub.py), and the
+`--hf-endpoint` on a fake site, tools/fakehub.py), and the
 config change names an unknown key; the plan is read with `?cached=1` (no
 measurement), so there is never a plan to apply (409 `no_plan`). The corpus's
 cases are edits of these bodies; `routes.json` carries them, so the tests and

@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.conftest import uvicorn_serving
+from tools.uvicorn_thread import uvicorn_serving
 
 CHUNK = 64 * 1024
 
