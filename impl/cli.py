@@ -25,30 +25,11 @@ def _parser() -> argparse.ArgumentParser:
         description="miserver: an OpenAI-compatible inference server with SAE steering.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    taken = {flag for _, _, flag, _ in settings_mod.documented() if flag}
     serve = commands.add_parser(
         "serve", help="serve the /v1 API (default model: SmolLM2-135M-Instruct)"
     )
-    settings_mod.add_flags(serve)
-    taken = {flag for _, _, flag, _ in settings_mod.documented() if flag}
-    params.add_flags(serve, taken)  # every other parameter row's flag (LOC-PARAMS-09)
-    serve.add_argument(
-        "--describe-params",
-        action="store_true",
-        help="print the parameter table (GET /api/params, with the table's own defaults) "
-        "as JSON and exit",
-    )
-    serve.add_argument(
-        "--probe-device",
-        action="store_true",
-        help="print the compute devices beyond the host as JSON and exit (the planner runs "
-        "this in a child process, so a driver that ends its process cannot end the server)",
-    )
-    serve.add_argument(
-        "--probe-kernels",
-        metavar="ASK",
-        help="time the engine's kernels as the JSON ASK says, print the timings as JSON and "
-        "exit (the planner runs this in a child process: planner/kernels.py)",
-    )
+    _serve_flags(serve, taken)
     planning = commands.add_parser(
         "plan",
         help="measure this machine and print the plan for the configured model (GET /api/plan)",
@@ -69,6 +50,34 @@ def _parser() -> argparse.ArgumentParser:
         "steering-hash",
         help="print the steering-set hash of an SAE ID and features (as in X-miLLM-Steering)",
     )
+    _hash_flags(hashing)
+    return parser
+
+
+def _serve_flags(serve: argparse.ArgumentParser, taken: set[str]) -> None:
+    settings_mod.add_flags(serve)
+    params.add_flags(serve, taken)  # every other parameter row's flag (LOC-PARAMS-09)
+    serve.add_argument(
+        "--describe-params",
+        action="store_true",
+        help="print the parameter table (GET /api/params, with the table's own defaults) "
+        "as JSON and exit",
+    )
+    serve.add_argument(
+        "--probe-device",
+        action="store_true",
+        help="print the compute devices beyond the host as JSON and exit (the planner runs "
+        "this in a child process, so a driver that ends its process cannot end the server)",
+    )
+    serve.add_argument(
+        "--probe-kernels",
+        metavar="ASK",
+        help="time the engine's kernels as the JSON ASK says, print the timings as JSON and "
+        "exit (the planner runs this in a child process: planner/kernels.py)",
+    )
+
+
+def _hash_flags(hashing: argparse.ArgumentParser) -> None:
     hashing.add_argument("--sae-id", required=True, help="the SAE ID the features apply to")
     hashing.add_argument(
         "--features",
@@ -78,32 +87,14 @@ def _parser() -> argparse.ArgumentParser:
     hashing.add_argument(
         "--canonical", action="store_true", help="print the canonical form instead of the hash"
     )
-    return parser
 
 
 def serve(args: argparse.Namespace) -> int:
     """Check the start-up rules (exit 2 on a refusal, nothing listens), then serve."""
-    if args.describe_params:
-        sys.stdout.write(json.dumps(params.described(), indent=2) + "\n")
-        return 0
-    if args.probe_device:
-        from .planner import devices
-
-        sys.stdout.write(json.dumps(devices.report()) + "\n")
-        return 0
-    if args.probe_kernels:
-        from .planner import kernels
-
-        timed = kernels.run(kernels.Ask.from_json(args.probe_kernels))
-        sys.stdout.write(json.dumps([dataclasses.asdict(k) for k in timed]) + "\n")
-        return 0
+    if args.describe_params or args.probe_device or args.probe_kernels:
+        return _describe(args)
     settings = settings_mod.from_args(args)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
-    )
-    for handler in logging.getLogger().handlers:  # every line names its request (or `-`)
-        handler.addFilter(RequestIdFilter())
+    _log_requests(settings.log_level)
     try:
         policy = access_policy(settings)
     except StartRefused as exc:
@@ -134,6 +125,33 @@ def serve(args: argparse.Namespace) -> int:
         proxy_headers=False,  # the TCP peer decides who is local, never a header (LOC-SEC-65)
     )
     return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    """`serve --describe-params`, `--probe-device` or `--probe-kernels`: JSON out, no server."""
+    if args.describe_params:
+        sys.stdout.write(json.dumps(params.described(), indent=2) + "\n")
+        return 0
+    if args.probe_device:
+        from .planner import devices
+
+        sys.stdout.write(json.dumps(devices.report()) + "\n")
+        return 0
+    from .planner import kernels
+
+    timed = kernels.run(kernels.Ask.from_json(args.probe_kernels))
+    sys.stdout.write(json.dumps([dataclasses.asdict(k) for k in timed]) + "\n")
+    return 0
+
+
+def _log_requests(level: str) -> None:
+    """Logging at `level`, every line naming its request (or `-`)."""
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s",
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RequestIdFilter())
 
 
 def plan(args: argparse.Namespace) -> int:
