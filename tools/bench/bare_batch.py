@@ -22,11 +22,7 @@ import numpy as np
 from llama_cpp import _internals
 
 from miserver.engines.cores import usable_cores
-
-try:
-    from tools.bench import common
-except ModuleNotFoundError:  # run as a script
-    import common  # type: ignore[no-redef]
+from tools.bench import common
 
 BATCH = 512  # tokens a bare batch holds
 Run = common.Run

@@ -1,9 +1,10 @@
 """Continuous batching on llama.cpp: k rows decoded together, bare and through `miserver serve`.
 
     python -m tools.bench.concurrency [--rounds 3] [--tokens 128] [--threads N]
-        [--parallel 8] [--overload] [--engine llama.cpp|transformers]
+        [--parallel 8] [--overload]
 
-(`--engine transformers` runs `tools/bench/transformers_rows.py`.)
+(The same on transformers: `python -m tools.bench.transformers_rows`. The prompts, the
+TTFT rounds and the tables both use are in `tools/bench/rows.py`.)
 
 Eight chat prompts ("Write a long story about <topic>.", rendered with the
 file's chat template by miserver's llama.cpp engine: the same token ids
@@ -51,15 +52,12 @@ server): spinning threads that wait for a busy core slow k > 1 the most.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -74,48 +72,30 @@ from miserver.engines.base import ChatPrompt
 from miserver.engines.llamacpp import load_llamacpp_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import from_env
-
-try:
-    from tools.bench import common
-    from tools.bench.bare_batch import Batched, bare_engine, bare_rows
-    from tools.bench.overload import (
-        OVERLOAD_CLIENTS,
-        OVERLOAD_SECONDS,
-        OVERLOAD_TOKENS,
-        Overload,
-        overload,
-    )
-except ModuleNotFoundError:  # run as a script: python tools/bench/concurrency.py
-    import common  # type: ignore[no-redef]
-    from bare_batch import Batched, bare_engine, bare_rows  # type: ignore[no-redef]
-    from overload import (  # type: ignore[no-redef]
-        OVERLOAD_CLIENTS,
-        OVERLOAD_SECONDS,
-        OVERLOAD_TOKENS,
-        Overload,
-        overload,
-    )
+from tools.bench import common
+from tools.bench.bare_batch import Batched, bare_engine, bare_rows
+from tools.bench.overload import (
+    OVERLOAD_CLIENTS,
+    OVERLOAD_SECONDS,
+    OVERLOAD_TOKENS,
+    Overload,
+    overload,
+)
+from tools.bench.rows import (
+    client_counts,
+    goal_row,
+    health,
+    messages,
+    rows_table,
+    ttft_rounds,
+    ttft_table,
+)
 
 log = logging.getLogger("bench.concurrency")
 
 MODEL_ID = "SmolLM2-135M-Instruct:Q4_1"
-TOPICS = [
-    "a lighthouse keeper",
-    "a dragon who loves books",
-    "a journey across the desert",
-    "a robot learning to paint",
-    "a city under the sea",
-    "two rival chefs",
-    "a lost dog finding its way home",
-    "the first colony on Mars",
-]
-WAIT_S = 60.0
 
 Run = common.Run
-
-
-def messages(i: int) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": f"Write a long story about {TOPICS[i % len(TOPICS)]}."}]
 
 
 def _overload_body(i: int) -> dict[str, Any]:
@@ -150,102 +130,6 @@ def clients(
     return Batched(sum(r.tokens for r in rows), seconds, rows[0].text, rows=rows)
 
 
-def health(client: httpx.Client, base_url: str) -> dict[str, Any]:
-    url = base_url.removesuffix("/v1") + "/api/health/inference"
-    response = client.get(url)
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def wait_for_slots(client: httpx.Client, base_url: str, count: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while health(client, base_url)["slots_in_use"] < count:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the server never showed {count} slots in use")
-        time.sleep(0.02)
-
-
-def _content(line: str) -> bool:
-    if not line.startswith("data: ") or line == "data: [DONE]":
-        return False
-    choices = json.loads(line[6:]).get("choices", [])
-    return any(choice["delta"].get("content") for choice in choices)
-
-
-def stream(
-    client: httpx.Client,
-    base_url: str,
-    i: int,
-    tokens: int,
-    first: threading.Event | None = None,
-    model: str = MODEL_ID,
-) -> float:
-    """Stream prompt `i` to its end; the seconds to its first content (`first` is set then)."""
-    body = common.chat_body(model, messages(i), tokens, stream=True)
-    ttft: float | None = None
-    started = time.perf_counter()
-    with client.stream("POST", f"{base_url}/chat/completions", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if ttft is None and _content(line):
-                ttft = time.perf_counter() - started
-                if first is not None:
-                    first.set()
-    if ttft is None:
-        raise RuntimeError("the stream held no content")
-    return ttft
-
-
-def busy_ttft(
-    pool: ThreadPoolExecutor,
-    client: httpx.Client,
-    base_url: str,
-    parallel: int,
-    tokens: int,
-    model: str = MODEL_ID,
-) -> float:
-    """TTFT of the last prompt while `parallel - 1` others stream."""
-    firsts = [threading.Event() for _ in range(parallel - 1)]
-    background = [
-        pool.submit(stream, client, base_url, i, 2 * tokens, first, model)
-        for i, first in enumerate(firsts)
-    ]
-    try:
-        if not all(first.wait(WAIT_S) for first in firsts):
-            raise RuntimeError("a background stream sent no content")
-        wait_for_slots(client, base_url, parallel - 1)
-        return stream(client, base_url, parallel - 1, tokens, model=model)
-    finally:
-        for future in background:
-            future.result()
-
-
-def ttft_rounds(
-    pool: ThreadPoolExecutor,
-    client: httpx.Client,
-    base_url: str,
-    parallel: int,
-    tokens: int,
-    rounds: int,
-    model: str = MODEL_ID,
-) -> dict[str, list[float]]:
-    """A warm-up of both, then `rounds` rounds whose order alternates."""
-    paths = {
-        "idle": partial(stream, client, base_url, parallel - 1, tokens, model=model),
-        "busy": partial(busy_ttft, pool, client, base_url, parallel, tokens, model),
-    }
-    for measure_once in paths.values():
-        measure_once()
-    found: dict[str, list[float]] = {name: [] for name in paths}
-    names = list(paths)
-    for i in range(rounds):
-        for name in names[i % 2 :] + names[: i % 2]:
-            found[name].append(paths[name]())
-            log.info("round %d TTFT %-4s %7.1f ms", i + 1, name, found[name][-1] * 1000)
-    return found
-
-
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -255,11 +139,6 @@ class Results:
     ttft: dict[str, list[float]]
     overload: Overload | None
     backend: str
-
-
-def client_counts(parallel: int) -> list[int]:
-    counts = [c for c in (1, 2, 4, 8, 16, 32, 64) if c < parallel]
-    return [*counts, parallel]
 
 
 def measure(args: argparse.Namespace, work: Path) -> Results:
@@ -286,49 +165,14 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
                 clients, pool, client, base_url, args.tokens, count
             )
         runs = cast(dict[str, list[Batched]], common.interleave(paths, args.rounds))
-        ttft = ttft_rounds(pool, client, base_url, args.parallel, args.tokens, args.rounds)
+        ttft = ttft_rounds(
+            pool, client, base_url, args.parallel, args.tokens, args.rounds, MODEL_ID
+        )
         loaded = overload(base_url, server.pid, _overload_body) if args.overload else None
     return Results(runs, ttft, loaded, backend)
 
 
 # -- tables ----------------------------------------------------------------------------
-
-
-def _counts(runs: Sequence[Batched], tokens: int) -> str:
-    counts = sorted({row.tokens for run in runs for row in run.rows})
-    flag = "" if counts == [tokens] else " (stopped early)"
-    return "/".join(map(str, counts)) + flag
-
-
-def rows_table(runs: Mapping[str, Sequence[Batched]], tokens: int, base: str) -> str:
-    """Aggregate and per-row rates, with the ratio of aggregates to `base`."""
-    base_rate = common.median_rate(runs[base])
-    lines = [
-        "| path | median aggregate tok/s | min | max | median per-row tok/s "
-        f"| with prefill tok/s | median wall (s) | tokens per row | ratio to {base} |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, found in runs.items():
-        rates = [r.rate for r in found]
-        per_row = statistics.median(row.rate for run in found for row in run.rows)
-        prefilled = statistics.median(r.tokens / (r.seconds + r.prefill) for r in found)
-        with_prefill = f"{prefilled:.1f}" if any(r.prefill for r in found) else "-"
-        lines.append(
-            f"| {name} | {statistics.median(rates):.1f} | {min(rates):.1f} | {max(rates):.1f} "
-            f"| {per_row:.1f} | {with_prefill} "
-            f"| {statistics.median(r.seconds for r in found):.2f} | {_counts(found, tokens)} "
-            f"| {statistics.median(rates) / base_rate:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def ttft_table(ttft: Mapping[str, Sequence[float]], parallel: int) -> str:
-    lines = ["| request | median TTFT (ms) | min | max |", "|---|---:|---:|---:|"]
-    for name, found in ttft.items():
-        ms = [s * 1000 for s in found]
-        label = f"busy ({parallel - 1} streaming)" if name == "busy" else name
-        lines.append(f"| {label} | {statistics.median(ms):.1f} | {min(ms):.1f} | {max(ms):.1f} |")
-    return "\n".join(lines) + "\n"
 
 
 def overload_table(loaded: Overload) -> str:
@@ -350,14 +194,6 @@ def overload_table(loaded: Overload) -> str:
     ]
     lines = ["| overload | value |", "|---|---:|", *(f"| {k} | {v} |" for k, v in rows)]
     return "\n".join(lines) + "\n"
-
-
-def goal_row(name: str, value: float, goal: float, at_most: bool = False) -> str:
-    """A goal's row: `value` against `goal`, a floor (or a ceiling, `at_most`)."""
-    met = value <= goal if at_most else value >= goal
-    mark = "" if met else (" (above)" if at_most else " (below)")
-    shown = str(value) if isinstance(value, int) else f"{value:.3f}"
-    return f"| {name} | {shown}{mark} | {'<=' if at_most else '>='} {goal} |"
 
 
 def goals(results: Results, parallel: int) -> str:
@@ -420,20 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--overload", action="store_true", help=f"{OVERLOAD_CLIENTS} clients for 60 s more"
     )
-    parser.add_argument(
-        "--engine",
-        choices=["llama.cpp", "transformers"],
-        default="llama.cpp",
-        help="transformers: tools/bench/transformers_rows.py, with these options",
-    )
     args = parser.parse_args(argv)
-    if args.engine == "transformers":
-        from tools.bench import transformers_rows  # it imports this module
-
-        return transformers_rows.main(
-            [f"--rounds={args.rounds}", f"--tokens={args.tokens}", f"--parallel={args.parallel}"]
-            + ([] if args.threads is None else [f"--threads={args.threads}"])
-        )
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="miserver-bench-") as work:

@@ -1,6 +1,6 @@
 """Decode speed through the server against bare `model.generate`, in one run.
 
-    python tools/bench/decode.py [--rounds 5] [--tokens 128] [--threads N]
+    python -m tools.bench.decode [--rounds 5] [--tokens 128] [--threads N]
 
 Three paths generate greedily from the same chat prompt (rendered with the
 model's chat template, the same token ids everywhere):
@@ -39,11 +39,7 @@ from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import from_env
-
-try:
-    from tools.bench import common
-except ModuleNotFoundError:  # run as a script: python tools/bench/decode.py
-    import common  # type: ignore[no-redef]
+from tools.bench import common
 
 log = logging.getLogger("bench.decode")
 

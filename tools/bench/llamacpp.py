@@ -54,13 +54,8 @@ from miserver.engines.cores import usable_cores
 from miserver.engines.llamacpp import chat, load_llamacpp_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import from_env
-
-try:
-    from tools.bench import common
-    from tools.bench.peer import BareLoop
-except ModuleNotFoundError:  # run as a script: python tools/bench/llamacpp.py
-    import common  # type: ignore[no-redef]
-    from peer import BareLoop  # type: ignore[no-redef]
+from tools.bench import common
+from tools.bench.peer import BareLoop
 
 log = logging.getLogger("bench.llamacpp")
 

@@ -77,14 +77,8 @@ from miserver.engines.cores import usable_cores
 from miserver.engines.llamacpp import load_llamacpp_engine
 from miserver.models.registry import embedded_default
 from miserver.settings import from_env
-
-try:
-    from tools.bench import common, llama_server
-    from tools.bench.bare_batch import Greedy, put
-except ModuleNotFoundError:  # run as a script: python tools/bench/peer.py
-    import common  # type: ignore[no-redef]
-    import llama_server  # type: ignore[no-redef]
-    from bare_batch import Greedy, put  # type: ignore[no-redef]
+from tools.bench import common, llama_server
+from tools.bench.bare_batch import Greedy, put
 
 log = logging.getLogger("bench.peer")
 

@@ -5,7 +5,7 @@ serve`, unsteered and each row steered its own way.
         [--parallel 8]
 
 SmolLM2-135M-Instruct on transformers (the embedded GGUF's cached HF
-conversion), the eight chat prompts of `tools.bench.concurrency`:
+conversion), the eight chat prompts of `tools.bench.rows` (as `tools.bench.concurrency`):
 
 - `bare k=1` / `bare k=8`: the model's own forward loop in this process, no
   miserver code and no `generate`: k prompts left-padded into one batch
@@ -22,8 +22,8 @@ conversion), the eight chat prompts of `tools.bench.concurrency`:
   the batch add the same vector; every response's `X-miLLM-Steering` must
   name an inline set.
 
-- TTFT: as `tools.bench.concurrency` measures it (a streamed request on the
-  idle server, and while 7 others stream), unsteered.
+- TTFT: as `tools.bench.concurrency` measures it (`tools.bench.rows`: a streamed
+  request on the idle server, and while 7 others stream), unsteered.
 
 Rounds are interleaved (`common.interleave`) after a warm-up, then the TTFT
 rounds. Goals: server C=8 / C=1 >= 0.85 x bare k=8 / k=1; C=8 steered >=
@@ -52,8 +52,17 @@ from transformers import DynamicCache, PreTrainedModel
 from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers import load_transformers_engine
 from tools import sae_train
-from tools.bench import common, concurrency
+from tools.bench import common
 from tools.bench.bare_batch import Batched
+from tools.bench.rows import (
+    client_counts,
+    goal_row,
+    health,
+    messages,
+    rows_table,
+    ttft_rounds,
+    ttft_table,
+)
 from tools.bench.steering import trained_sae
 
 log = logging.getLogger("bench.transformers_rows")
@@ -119,7 +128,7 @@ def bare_rows(model: PreTrainedModel, prompts: Sequence[Sequence[int]], tokens: 
 
 
 def _chat(client: httpx.Client, base_url: str, i: int, tokens: int, *, steered: bool) -> common.Run:
-    body = common.chat_body(MODEL_ID, concurrency.messages(i), tokens, stream=False)
+    body = common.chat_body(MODEL_ID, messages(i), tokens, stream=False)
     if steered:
         body["steering"] = {"sae_id": SAE_ID, "features": features(i)}
     started = time.perf_counter()
@@ -160,7 +169,7 @@ def measure(
     engine = load_transformers_engine(
         sae_train.smollm2_gguf(), model_id="bench", cache_dir=sae_train.cache_dir()
     )
-    prompts = [engine.render_chat(ChatPrompt(concurrency.messages(i))) for i in range(8)]
+    prompts = [engine.render_chat(ChatPrompt(messages(i))) for i in range(8)]
     serve = ["--model", MODEL_ID, "--saes-dir", str(saes), "--parallel", str(args.parallel)]
     serve += [] if args.threads is None else ["--threads", str(args.threads)]
     with (
@@ -174,18 +183,18 @@ def measure(
             f"bare k={k}": partial(bare_rows, engine.model, prompts[:k], args.tokens)
             for k in (1, args.parallel)
         }
-        for count in concurrency.client_counts(args.parallel):
+        for count in client_counts(args.parallel):
             paths[f"server C={count}"] = partial(
                 clients, pool, client, base_url, args.tokens, count
             )
         paths[f"server C={args.parallel} steered"] = partial(
             clients, pool, client, base_url, args.tokens, args.parallel, steered=True
         )
-        backend = concurrency.health(client, base_url)["backend"]
+        backend = health(client, base_url)["backend"]
         if backend != "continuous_batching":
             raise RuntimeError(f"the server serves {backend}")
         runs = cast(dict[str, list[Batched]], common.interleave(paths, args.rounds))
-        ttft = concurrency.ttft_rounds(
+        ttft = ttft_rounds(
             pool, client, base_url, args.parallel, args.tokens, args.rounds, MODEL_ID
         )
     engine.close()
@@ -203,11 +212,9 @@ def goals(runs: dict[str, list[Batched]], ttft: dict[str, list[float]], parallel
         "|---|---:|---:|",
         f"| server C={parallel} / C=1 | {server:.3f} | |",
         f"| bare k={parallel} / k=1 | {bare:.3f} | |",
-        concurrency.goal_row("(server ratio) / (bare ratio)", server / bare, 0.85),
-        concurrency.goal_row(f"C={parallel} steered / C={parallel} unsteered", steered, 0.9),
-        concurrency.goal_row(
-            "TTFT busy / idle (medians)", waits["busy"] / waits["idle"], 3.0, at_most=True
-        ),
+        goal_row("(server ratio) / (bare ratio)", server / bare, 0.85),
+        goal_row(f"C={parallel} steered / C={parallel} unsteered", steered, 0.9),
+        goal_row("TTFT busy / idle (medians)", waits["busy"] / waits["idle"], 3.0, at_most=True),
     ]
     return "\n".join(lines) + "\n"
 
@@ -230,11 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
         f"server: --parallel {args.parallel}; {args.rounds} rounds of {args.tokens} greedy "
         "tokens\n\n"
-        + concurrency.rows_table(bare, args.tokens, "bare k=1")
+        + rows_table(bare, args.tokens, "bare k=1")
         + "\n"
-        + concurrency.rows_table(server, args.tokens, "server C=1")
+        + rows_table(server, args.tokens, "server C=1")
         + "\n"
-        + concurrency.ttft_table(ttft, args.parallel)
+        + ttft_table(ttft, args.parallel)
         + "\n"
         + goals(runs, ttft, args.parallel)
     )

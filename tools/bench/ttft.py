@@ -1,6 +1,6 @@
 """Time to first token over a ~1k-token chat history: cold against a 2nd turn, in one run.
 
-    python tools/bench/ttft.py [--rounds 5] [--turns 5] [--threads N]
+    python -m tools.bench.ttft [--rounds 5] [--turns 5] [--threads N]
 
 Each round sends two streamed greedy requests to `miserver serve --model
 SmolLM2-135M-Instruct` (a subprocess on loopback, `common.served`):
@@ -34,11 +34,7 @@ import httpx
 import torch
 
 from miserver.settings import from_env
-
-try:
-    from tools.bench import common
-except ModuleNotFoundError:  # run as a script: python tools/bench/ttft.py
-    import common  # type: ignore[no-redef]
+from tools.bench import common
 
 log = logging.getLogger("bench.ttft")
 
