@@ -37,6 +37,10 @@ REGIMES = {
     "gpu-offload": "partly on the GPU",
     "gpu-full": "on the GPU",
 }
+LOADED = (  # the proposal's warning when a model was resident while measuring (LOC-PLAN-53)
+    "Planned with {loaded} loaded: the memory it holds reads as taken, so the plan "
+    "is sized for a smaller machine. Unload it and plan again for the full figure."
+)
 # A knob that means nothing on an engine is left as it is (`kept`).
 APPLIES = {
     "dtype": {EngineId.TRANSFORMERS},
@@ -83,20 +87,7 @@ def propose(
 ) -> dict[str, Any]:
     """The proposal for `subject` on this machine; `loaded` names a model resident while
     the machine was measured (its memory read as taken: LOC-PLAN-53)."""
-    decided = decide(facts)
-    rows = by_key()
-    decisions = []
-    values: dict[str, Any] = {}
-    for knob, found in decided.items():
-        applies = subject.engine in APPLIES.get(knob, {subject.engine})
-        group = "set" if applies and found.source not in ("operator", "unprobed") else "kept"
-        value = found.value if group == "set" else facts.base[knob]
-        if group == "set":
-            values[knob] = rows[knob].parse(value)
-        decisions.append(
-            _decision(knob, rows[knob].wire["label"], group, value, value_text(rows[knob], value))
-            | _words(found if applies else _kept(knob))
-        )
+    decisions, values = _grouped(subject, facts)
     full = {**facts.base, **values}
     settings = settings_of(full, facts.shape, facts.machine)
     ledger = cost.ledger(facts.shape, settings)
@@ -130,12 +121,27 @@ def propose(
         "devices_none_text": NONE_TEXT[devices.none],
     }
     if loaded:
-        proposal["warning"] = (
-            f"Planned with {loaded} loaded: the memory it holds reads as taken, so the plan "
-            "is sized for a smaller machine. Unload it and plan again for the full figure."
-        )
+        proposal["warning"] = LOADED.format(loaded=loaded)
     proposal["explain"] = explain(proposal)
     return proposal
+
+
+def _grouped(subject: Subject, facts: Facts) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each knob's decision, `set` or `kept` (LOC-PLAN-21), and the values the `set` ones give."""
+    rows = by_key()
+    decisions = []
+    values: dict[str, Any] = {}
+    for knob, found in decide(facts).items():
+        applies = subject.engine in APPLIES.get(knob, {subject.engine})
+        group = "set" if applies and found.source not in ("operator", "unprobed") else "kept"
+        value = found.value if group == "set" else facts.base[knob]
+        if group == "set":
+            values[knob] = rows[knob].parse(value)
+        decisions.append(
+            _decision(knob, rows[knob].wire["label"], group, value, value_text(rows[knob], value))
+            | _words(found if applies else _kept(knob))
+        )
+    return decisions, values
 
 
 def launch_args_of(values: Mapping[str, Any]) -> list[str]:
