@@ -1,6 +1,6 @@
 """The proposal `GET /api/plan` answers (REQ-003 PLAN-09..45, -53, -55).
 
-`propose` turns the decisions (planner/decisions.py), the cost model's price
+`propose` turns the decisions (planner/rules.py), the cost model's price
 and ledger (planner/cost.py) and the devices into the documented shape: the
 machine in a sentence, the regime, the decisions grouped `set` / `kept` /
 `notes` with their words, the values and launch arguments that reproduce
@@ -19,9 +19,9 @@ from ..engines.base import ENGINE_NAMES, EngineId
 from ..local.config import launch_args
 from ..local.params import AUTO, Param, by_key
 from . import cost
-from .decisions import Decided, Facts, decide, settings_of
 from .devices import NONE_TEXT, Devices
 from .machine import Machine, cpu_name
+from .rules import Decided, Facts, rules_for, settings_of
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -131,7 +131,7 @@ def _grouped(subject: Subject, facts: Facts) -> tuple[list[dict[str, Any]], dict
     rows = by_key()
     decisions = []
     values: dict[str, Any] = {}
-    for knob, found in decide(facts).items():
+    for knob, found in rules_for(facts).items():
         applies = subject.engine in APPLIES.get(knob, {subject.engine})
         group = "set" if applies and found.source not in ("operator", "unprobed") else "kept"
         value = found.value if group == "set" else facts.base[knob]

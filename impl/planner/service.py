@@ -27,8 +27,8 @@ from ..serving.events import EventBus
 from . import devices as devices_mod
 from . import machine as machine_mod
 from . import shape as shape_mod
-from .decisions import Facts
 from .proposal import Subject, propose
+from .rules import Facts
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import pytest
 from miserver.engines.base import EngineId
 from miserver.local.params import by_key, table
 from miserver.planner import cost, devices
-from miserver.planner.decisions import Facts
 from miserver.planner.kernels import Ask, Kernels, run
 from miserver.planner.machine import Host, Machine
 from miserver.planner.proposal import Subject, propose, title, value_text
+from miserver.planner.rules import Facts
 from miserver.planner.shape import Shape, read
 from tests.conftest import TIMING
 

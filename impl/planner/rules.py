@@ -1,4 +1,4 @@
-"""The planner's decisions, one rule per knob (REQ-003 PLAN-12..22, CONC-13).
+"""The planner's rules, one per knob, and what they decide (REQ-003 PLAN-12..22, CONC-13).
 
 Each rule reads the facts (the model's shape, this machine, the config
 without the plan layer) and gives a value, its `source`, a `brief` for a
@@ -284,7 +284,7 @@ RULES: dict[str, Rule] = {  # in the order decided: later rules read earlier val
 }
 
 
-def decide(facts: Facts) -> dict[str, Decided]:
+def rules_for(facts: Facts) -> dict[str, Decided]:
     """Every knob's decision; a key in `user_keys` keeps the person's value (`operator`)."""
     decided: dict[str, Any] = {}
     found: dict[str, Decided] = {}
