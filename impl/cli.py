@@ -14,7 +14,7 @@ from pathlib import Path
 from . import settings as settings_mod
 from .access import StartRefused, access_policy
 from .local import params
-from .request_ids import RequestIdFilter
+from .request_context import RequestIdFilter
 
 log = logging.getLogger("miserver")
 

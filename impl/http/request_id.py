@@ -1,6 +1,6 @@
 """The `x-request-id` of every response, set by the outermost middleware.
 
-The id is chosen as request_ids.py says and is `request_ids.current()` while
+The id is chosen as request_context.py says and is `request_context.current()` while
 the app runs, so log records and /api/events carry the same id.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..request_ids import HEADER, bound, chosen
+from ..request_context import HEADER, bound, chosen
 
 _RAW_HEADER = HEADER.encode("latin-1")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from .. import request_ids
+from .. import request_context
 
 _MIB = 1024 * 1024
 TOKEN_ZEROS = {"io_ms": 0, "mgmt_ms": 0, "stall_ms": 0, "flash_wait_ms": 0, "read_mib": 0}
@@ -79,7 +79,7 @@ class Meter:
     n_prompt: int
     load_s: float = 0.0
     quiet: bool = False  # nobody listens: no `token` events (and none of their readings)
-    request_id: str | None = field(default_factory=request_ids.current)
+    request_id: str | None = field(default_factory=request_context.current)
     _start: float = field(default_factory=time.perf_counter)
     _last: float = 0.0
     _cpu_start: float = field(default_factory=time.process_time)

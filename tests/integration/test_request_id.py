@@ -21,7 +21,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from miserver.request_ids import RequestIdFilter
+from miserver.request_context import RequestIdFilter
 from tests.conftest import JSON, MODEL_ID
 from tests.integration.test_security import KEY, Running, serving, settings_in
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 
-from miserver import request_ids
+from miserver import request_context
 from miserver.serving.events import EventBus, LogEvents
 from miserver.serving.telemetry import Meter
 
@@ -57,7 +57,7 @@ def test_log_and_telemetry_events_name_the_request() -> None:
         try:
             async with bus.subscribe() as queue:
                 logger.warning("outside")
-                with request_ids.bound("trace-7"):
+                with request_context.bound("trace-7"):
                     logger.warning("inside")
                     meter = Meter(emit=bus.publish, steps=1, n_prompt=3)
                 worker = threading.Thread(target=lambda: (meter.token(0.01), meter.done(False)))

@@ -1,4 +1,5 @@
-"""The x-request-id middleware (http/request_id.py), its log filter and id rule (request_ids)."""
+"""The x-request-id middleware (http/request_id.py), and the id rule and log filter of
+request_context.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from miserver import request_ids
+from miserver import request_context
 from miserver.http.request_id import RequestIdMiddleware
-from miserver.request_ids import RequestIdFilter, chosen
+from miserver.request_context import RequestIdFilter, chosen
 
 FRESH = re.compile(r"req_[0-9a-f]{32}")
 log = logging.getLogger("miserver.tests.request_id")
@@ -41,7 +42,7 @@ def test_anything_else_gets_a_fresh_id(sent: list[str]) -> None:
 def app() -> RequestIdMiddleware:
     async def hello(request: Request) -> Response:
         log.warning("handling")
-        return JSONResponse({"id": request_ids.current()}, headers={"X-Request-Id": "forged"})
+        return JSONResponse({"id": request_context.current()}, headers={"X-Request-Id": "forged"})
 
     return RequestIdMiddleware(Starlette(routes=[Route("/hello", hello)]))
 
@@ -61,7 +62,7 @@ def test_the_response_and_the_log_record_carry_the_id(caplog: pytest.LogCaptureF
     assert missing.status_code == 404 and FRESH.fullmatch(missing.headers["x-request-id"])
     ids = [getattr(r, "request_id", None) for r in caplog.records if r.name == log.name]
     assert ids == ["trace-1", fresh.headers["x-request-id"]]
-    assert request_ids.current() is None
+    assert request_context.current() is None
 
 
 def test_outside_a_request_a_record_says_dash() -> None:

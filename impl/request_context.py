@@ -1,4 +1,4 @@
-"""Request ids: the current request's, a fresh one, and the log filter that writes it.
+"""The request's context: its id (the current one, a fresh one) and the log filter that writes it.
 
 A client's `X-Request-Id` is echoed when it is a sane token (1 to 128 of
 `A-Z a-z 0-9 . _ : -`, sent once); anything else, or none, gets a fresh
