@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
 from .errors import ApiError, internal_error
+from .events import EventBus, LogEvents
 from .http.documents import add_document, document
 from .http.operations import decorated_once
 from .http.pages import Pages
@@ -50,7 +51,6 @@ from .probes.store import ProbeStore
 from .serving.completions.probing import ProbeScores
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
-from .serving.events import EventBus, LogEvents
 from .serving.scheduler import Scheduler
 from .settings import Settings
 from .steering.admin import SteeringAdmin

@@ -55,6 +55,7 @@ CORE = (
     "miserver.models",
     "miserver.store",
     "miserver.probes",
+    "miserver.events",
 )
 CHAT = "miserver.serving.chat"
 COMPLETIONS = "miserver.serving.completions"

@@ -22,6 +22,7 @@ import psutil
 
 from ..engines.base import ENGINE_NAMES
 from ..errors import ApiError
+from ..events import EventBus
 from ..models.experts import experts_used
 from ..models.listing import architecture
 from ..models.locator import ModelLocator
@@ -29,7 +30,6 @@ from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
 from ..serving.chat.reasoning import format_of
 from ..serving.chat.thinking import KEY
-from ..serving.events import EventBus
 from ..serving.scheduler import Scheduler
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApiError
+from ..events import EventBus
 from ..local.config import ConfigService
 from ..local.session import Session
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
-from ..serving.events import EventBus
 from . import devices as devices_mod
 from . import machine as machine_mod
 from . import shape as shape_mod

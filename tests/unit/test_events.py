@@ -1,4 +1,4 @@
-"""The live-event bus behind GET /api/events (serving/events.py)."""
+"""The live-event bus behind GET /api/events (events.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import threading
 
 from miserver import request_context
-from miserver.serving.events import EventBus, LogEvents
+from miserver.events import EventBus, LogEvents
 from miserver.serving.telemetry import Meter
 
 

@@ -199,14 +199,14 @@ def test_a_cycle_between_packages_names_the_modules_that_make_it(tmp_path: Path)
         {
             "impl/http/sse.py": "from ..serving.results import Comment\n",
             "impl/serving/results.py": "",
-            "impl/serving/events.py": "\nfrom ..http import sse\n",
+            "impl/serving/telemetry.py": "\nfrom ..http import sse\n",
         },
     )
     [cycle] = [v for v in violations(tmp_path) if v.rule == "cycles"]
     assert cycle.key == ("cycles", "miserver.http -> miserver.serving -> miserver.http", "")
     assert cycle.detail == (
         "miserver.http -> miserver.serving: miserver.http.sse:1 imports miserver.serving.results",
-        "miserver.serving -> miserver.http: miserver.serving.events:2 imports miserver.http.sse",
+        "miserver.serving -> miserver.http: miserver.serving.telemetry:2 imports miserver.http.sse",
     )
 
 

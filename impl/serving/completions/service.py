@@ -26,6 +26,7 @@ from ...engines.base import (
     PrecisionUnavailable,
 )
 from ...errors import ApiError, FieldNotHonoured, InvalidParameter
+from ...events import EventBus
 from ...models.manager import ModelManager
 from ...models.registry import ModelEntry
 from ...probes.admin import ProbeAdmin
@@ -42,7 +43,6 @@ from ..chat.replies import Piece
 from ..chat.response_format import check_combination
 from ..chat.thinking import settle
 from ..chat.tools import format_header
-from ..events import EventBus
 from ..prompts import TextPrompt, TokenPrompt
 from ..results import Comment, Encoded, Reply, StreamReply
 from ..scheduler import Scheduler, Slot, Ticket, claim, granted, holding

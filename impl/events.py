@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..request_context import NONE, RequestIdFilter
+from .request_context import NONE, RequestIdFilter
 
 
 @dataclass(frozen=True, slots=True)
