@@ -47,7 +47,6 @@ from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .planner.service import Planner
 from .probes.admin import ProbeAdmin
-from .probes.store import ProbeStore
 from .serving.completions.probing import ProbeScores
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
@@ -60,6 +59,7 @@ from .steering.live import LiveSteering
 from .steering.sae import SAERegistry
 from .store.circuits import CircuitStore
 from .store.database import Database
+from .store.probes import ProbeStore
 from .store.profiles import ProfileStore
 
 log = logging.getLogger(__name__)

@@ -14,35 +14,53 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApiError, InvalidParameter
+from ..store.probes import ProbeNotFound, ProbeRow, ProbeStore
 from . import sidecar
 from .definition import Probe, ProbeError, check_name, probe
-from .store import ProbeNotFound, ProbeStore
 
 
 def _not_found(name: str) -> ApiError:
     return ApiError("probe_not_found", f"No probe named `{name}`.", "name")
 
 
+def _probe(row: ProbeRow) -> Probe:
+    """The probe a stored row holds (a linear weight as read back, in float32)."""
+    linear = row.definition["detector"]["kind"] == "linear"
+    made = probe(row.definition, row.name, weight=row.weight if linear else None)
+    return replace(made, armed=row.armed, created=row.created, updated=row.updated)
+
+
+def _definition(p: Probe) -> dict[str, Any]:
+    return {
+        "detector": p.detector.view(),  # a linear weight goes in its own column
+        "threshold": p.threshold,
+        "windows": list(p.windows),
+        "aggregate": p.aggregate,
+        "description": p.description,
+        "model": p.model,
+    }
+
+
 class ProbeAdmin:
     def __init__(self, store: ProbeStore) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._armed: tuple[Probe, ...] = tuple(store.armed())
+        self._armed: tuple[Probe, ...] = tuple(map(_probe, store.armed()))
 
     def _changed(self) -> None:
         with self._lock:
-            self._armed = tuple(self._store.armed())
+            self._armed = tuple(map(_probe, self._store.armed()))
 
     def armed(self) -> tuple[Probe, ...]:
         """The armed probes now, by name."""
         return self._armed
 
     def listing(self) -> dict[str, Any]:
-        return {"object": "list", "data": [p.view() for p in self._store.every()]}
+        return {"object": "list", "data": [_probe(row).view() for row in self._store.every()]}
 
     def get(self, name: str) -> dict[str, Any]:
         try:
-            return self._store.get(name).view()
+            return _probe(self._store.get(name)).view()
         except ProbeNotFound:
             raise _not_found(name) from None
 
@@ -67,13 +85,16 @@ class ProbeAdmin:
         return self._save(made)
 
     def _save(self, made: Probe) -> tuple[dict[str, Any], bool]:
-        stored, created = self._store.save(made)
+        stored, created = self._store.save(
+            made.name, _definition(made), made.detector.weight, armed=made.armed
+        )
         self._changed()
-        return stored.view(), created
+        return _probe(stored).view(), created
 
     def delete(self, name: str) -> dict[str, Any]:
         try:
-            gone = self._store.delete(name)
+            gone = _probe(self._store.get(name))
+            self._store.delete(name)
         except ProbeNotFound:
             raise _not_found(name) from None
         self._changed()
@@ -85,14 +106,14 @@ class ProbeAdmin:
         except ProbeNotFound:
             raise _not_found(name) from None
         self._changed()
-        return changed.view()
+        return _probe(changed).view()
 
     def named(self, names: Sequence[str]) -> list[Probe]:
         """The probes `names` lists, in order (a name unknown is 404 naming its place)."""
         found = []
         for i, name in enumerate(names):
             try:
-                found.append(self._store.get(name))
+                found.append(_probe(self._store.get(name)))
             except ProbeNotFound:
                 raise ApiError(
                     "probe_not_found", f"No probe named `{name}`.", f"probes[{i}]"

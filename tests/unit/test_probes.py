@@ -17,12 +17,13 @@ from safetensors.torch import save_file
 from miserver import contract
 from miserver.engines.monitor import Monitor
 from miserver.probes import sidecar
+from miserver.probes.admin import ProbeAdmin
 from miserver.probes.definition import Probe, ProbeError, probe
-from miserver.probes.store import ProbeNotFound, ProbeStore
 from miserver.probes.trace import trace_id
 from miserver.probes.verdicts import parse, serialize
 from miserver.probes.watch import Served, Shape, Watch, Windows
 from miserver.store.database import Database
+from miserver.store.probes import ProbeNotFound, ProbeStore
 
 VECTORS: list[dict[str, Any]] = json.loads(
     (resources.files("miserver.spec") / "vectors" / "probe-verdicts-header.json").read_text("utf-8")
@@ -281,15 +282,15 @@ def test_store_persists_probes_and_pages_results(tmp_path: Path) -> None:
     cap go."""
     path = tmp_path / "db.sqlite3"
     store = ProbeStore(Database(path), keep=3)
-    saved, created = store.save(probe({**LINEAR, "armed": True}, "p"))
-    assert created and saved.armed
-    assert store.save(probe(LINEAR, "p"))[1] is False
+    admin = ProbeAdmin(store)
+    saved, created = admin.put("p", {**LINEAR, "armed": True})
+    assert created and saved["armed"]
+    assert admin.put("p", LINEAR)[1] is False
     store.arm("p", True)
-    reopened = ProbeStore(Database(path))
-    again = reopened.get("p")
-    assert again.armed and again.detector.weight == (1.0, -1.0)
-    assert again.detector_digest == saved.detector_digest
-    assert [p.name for p in reopened.armed()] == ["p"]
+    reopened = ProbeAdmin(ProbeStore(Database(path)))
+    [again] = reopened.armed()
+    assert again.name == "p" and again.detector.weight == (1.0, -1.0)
+    assert again.detector_digest == saved["detector_digest"] == reopened.get("p")["detector_digest"]
     with pytest.raises(ProbeNotFound):
         store.arm("q", True)
     rows = [{"probe": "p" if i % 2 else "q", "request_id": f"r{i}", "i": i} for i in range(5)]

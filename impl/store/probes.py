@@ -2,8 +2,9 @@
 
 A probe's definition is stored as JSON without its linear weight, which is a
 float32 little-endian blob beside it: the probe survives a restart and the
-files it was imported from moving. Results are `mi.probe.result/v1` objects in
-arrival order (`seq`); the newest `keep` stay.
+files it was imported from moving. The store keeps the definition as given and
+never interprets it: probes/admin.py makes a `Probe` of each row. Results are
+`mi.probe.result/v1` objects in arrival order (`seq`); the newest `keep` stay.
 """
 
 from __future__ import annotations
@@ -11,37 +12,36 @@ from __future__ import annotations
 import json
 import struct
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..store.database import Database
-from .definition import Probe, probe
+from .database import Database
 
 
 class ProbeNotFound(KeyError):
     """No probe has this name."""
 
 
-def _row(row: Sequence[Any]) -> Probe:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeRow:
+    name: str
+    definition: dict[str, Any]  # the probe as JSON, a linear weight left out
+    weight: tuple[float, ...] | None  # a linear detector's weight, read back as float32
+    armed: bool
+    created: float
+    updated: float
+
+
+def _row(row: Sequence[Any]) -> ProbeRow:
     name, definition, blob, armed, created, updated = row
-    raw = json.loads(str(definition))
-    weight = struct.unpack(f"<{len(blob) // 4}f", bytes(blob)) if blob else None
-    made = probe(raw, str(name), weight=weight if raw["detector"]["kind"] == "linear" else None)
-    return replace(made, armed=bool(armed), created=float(created), updated=float(updated))
-
-
-def _definition(p: Probe) -> str:
-    return json.dumps(
-        {
-            "detector": p.detector.view(),  # a linear weight goes in its own column
-            "threshold": p.threshold,
-            "windows": list(p.windows),
-            "aggregate": p.aggregate,
-            "description": p.description,
-            "model": p.model,
-        },
-        sort_keys=True,
+    return ProbeRow(
+        name=str(name),
+        definition=json.loads(str(definition)),
+        weight=struct.unpack(f"<{len(blob) // 4}f", bytes(blob)) if blob else None,
+        armed=bool(armed),
+        created=float(created),
+        updated=float(updated),
     )
 
 
@@ -52,45 +52,46 @@ class ProbeStore:
 
     # -- probes ------------------------------------------------------------------
 
-    def save(self, p: Probe) -> tuple[Probe, bool]:
-        """Create or replace `p` (its `armed` as given); the stored probe and whether it is new."""
+    def save(
+        self, name: str, definition: Mapping[str, Any], weight: Sequence[float], *, armed: bool
+    ) -> tuple[ProbeRow, bool]:
+        """Create or replace `name`; the stored row and whether it is new."""
         now = time.time()
-        blob = struct.pack(f"<{len(p.detector.weight)}f", *p.detector.weight)
+        blob = struct.pack(f"<{len(weight)}f", *weight)
+        text = json.dumps(definition, sort_keys=True)
         with self._db.transaction() as db:
-            row = db.execute("SELECT created FROM probes WHERE name = ?", (p.name,)).fetchone()
+            row = db.execute("SELECT created FROM probes WHERE name = ?", (name,)).fetchone()
             created = float(row[0]) if row else now
             db.execute(
                 "INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?, ?, ?)",
-                (p.name, _definition(p), blob, int(p.armed), created, now),
+                (name, text, blob, int(armed), created, now),
             )
         # read back: what a restart would see (a weight rounded to float32 included)
-        return self.get(p.name), row is None
+        return self.get(name), row is None
 
-    def get(self, name: str) -> Probe:
+    def get(self, name: str) -> ProbeRow:
         with self._db.transaction() as db:
             row = db.execute("SELECT * FROM probes WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise ProbeNotFound(name)
         return _row(row)
 
-    def every(self) -> list[Probe]:
+    def every(self) -> list[ProbeRow]:
         with self._db.transaction() as db:
             rows = db.execute("SELECT * FROM probes ORDER BY name").fetchall()
         return [_row(row) for row in rows]
 
-    def armed(self) -> list[Probe]:
+    def armed(self) -> list[ProbeRow]:
         with self._db.transaction() as db:
             rows = db.execute("SELECT * FROM probes WHERE armed = 1 ORDER BY name").fetchall()
         return [_row(row) for row in rows]
 
-    def delete(self, name: str) -> Probe:
-        gone = self.get(name)
+    def delete(self, name: str) -> None:
         with self._db.transaction() as db:
             if db.execute("DELETE FROM probes WHERE name = ?", (name,)).rowcount == 0:
                 raise ProbeNotFound(name)
-        return gone
 
-    def arm(self, name: str, armed: bool) -> Probe:
+    def arm(self, name: str, armed: bool) -> ProbeRow:
         with self._db.transaction() as db:
             changed = db.execute(
                 "UPDATE probes SET armed = ?, updated = ? WHERE name = ?",
