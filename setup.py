@@ -28,7 +28,7 @@ setup(
     package_dir=package_dir,
     package_data={
         "miserver.spec": ["**/*.yaml", "**/*.json", "**/*.abnf", "**/*.md"],
-        "miserver.catalog": ["*.json"],
+        "miserver.models": ["catalog.json"],
         "miserver.web": ["*.html", "*.js", "*.css"],
     },
 )

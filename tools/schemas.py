@@ -13,7 +13,7 @@ Each file is lifted out of an OpenAPI document (`PUBLISHED`):
 - mi-circuit-v1.json, mi-cluster-v1.json (api.yaml `CircuitDocument`,
   `ClusterDocument`): the documents circuits and clusters are imported from.
 - mi-catalog-v1.json (api.yaml `CatalogDocument`): the download catalog the
-  package ships (miserver/catalog/models.json).
+  package ships (miserver/models/catalog.json).
 
 The server routes and validates with v1.yaml; this tool lifts the scoring
 request (completion and chat), response and refusal schemas out of it,

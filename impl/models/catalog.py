@@ -1,9 +1,10 @@
 """The download catalog (REQ-003 MODELS-28..37): the shipped entries, and their state on disk.
 
-The shipped catalog is miserver/catalog/models.json, a `mi.catalog/v1` document
-(spec/schemas/mi-catalog-v1.json), checked against its schema when read. Each
-entry is a set of files in one Hugging Face repository at a pinned revision;
-a file's URL is built on the endpoint the server runs with
+The shipped catalog is catalog.json beside this module, a `mi.catalog/v1`
+document (spec/schemas/mi-catalog-v1.json), checked against its schema when
+read; its sizes and SHA-256 sums are the Git LFS objects of the pinned
+revisions. Each entry is a set of files in one Hugging Face repository at a
+pinned revision; a file's URL is built on the endpoint the server runs with
 (`<hf-endpoint>/<repo>/resolve/<revision>/<name>`, LOC-SEC-50), never taken
 from a client.
 
@@ -119,7 +120,7 @@ def shipped(path: Path | None = None) -> list[Entry]:
         except (OSError, UnicodeDecodeError) as exc:
             raise CatalogError(f"cannot read the catalog {path}: {exc}") from exc
     else:
-        text = (resources.files("miserver.catalog") / "models.json").read_text("utf-8")
+        text = (resources.files("miserver.models") / "catalog.json").read_text("utf-8")
     try:
         document = json.loads(text)
     except ValueError as exc:
