@@ -110,7 +110,7 @@ class ModelLocator:
         """
         wanted = ENGINE_CHOICES.get(engine)
         try:
-            entry = self.registry.resolve(model)
+            entry = self.registry.entry(model)
         except ApiError as exc:
             if exc.code != "model_not_found":
                 raise  # ambiguous names are the registry's to refuse
@@ -140,7 +140,7 @@ class ModelLocator:
 
     def _is_id(self, model: str) -> bool:
         try:
-            self.registry.resolve(model)
+            self.registry.entry(model)
         except ApiError as exc:
             return exc.code != "model_not_found"  # ambiguous names are the registry's to refuse
         return True

@@ -159,7 +159,7 @@ class ModelManager:
 
     def entry(self, model_id: str) -> ModelEntry:
         """The registry entry for `model_id` (404 / 400 AMBIGUOUS_MODEL_NAME otherwise)."""
-        return self.registry.resolve(model_id)
+        return self.registry.entry(model_id)
 
     def capabilities(self, entry: ModelEntry) -> frozenset[Capability]:
         if entry.task == "embed":

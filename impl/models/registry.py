@@ -8,7 +8,7 @@
 tag (`SmolLM2-135M-Instruct.Q4_1.gguf` -> `SmolLM2-135M-Instruct`); `QUANT`
 is read from the file's header (OAI-GGUF-02). Several quantizations of one
 repository sit side by side. A bare repository name is no GGUF model's id:
-`resolve()` refuses it before anything loads (OAI-GGUF-04).
+`entry()` refuses it before anything loads (OAI-GGUF-04).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ class ModelRegistry:
                     found.setdefault(entry.model_id, entry)
         return list(found.values())
 
-    def resolve(self, model_id: str) -> ModelEntry:
+    def entry(self, model_id: str) -> ModelEntry:
         """The entry for an id; a bare GGUF repository or an unknown name is refused."""
         entries = self.entries()
         found = next((e for e in entries if e.model_id == model_id), None)

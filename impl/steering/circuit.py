@@ -10,7 +10,7 @@ rung above every step of its evidence ladder).
 from an earlier dial (OAI-CIRCUIT-08): strength × λ clamped to ±200 one member
 at a time (OAI-CIRCUIT-09), grouped per (SAE, layer), since each member goes
 through the SAE attached at its own layer (OAI-CIRCUIT-02). `Circuit.dial`
-resolves a λ by the circuit rule (dial.resolve_circuit).
+resolves a λ by the circuit rule (dial.circuit_lambda).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Circuit:
         circuit rule (OAI-CIRCUIT-03..07)."""
         chosen = self.intensity if value is None else value
         declared = self.intensity_range is not None
-        return dial.resolve_circuit(chosen, self.bounds(envelope), declared=declared)
+        return dial.circuit_lambda(chosen, self.bounds(envelope), declared=declared)
 
     def groups(self) -> dict[tuple[int, str], dict[int, float]]:
         """(layer, SAE) -> index -> authored strength, by layer then SAE."""

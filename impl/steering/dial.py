@@ -13,7 +13,7 @@ CLUSTER_INTENSITY_MAX (docs/DECISIONS.md, the dial's floor and envelope). Then:
 A profile's stored (persistent) dial resolves by the same rule; a request's
 λ overrides it for that request only.
 
-A circuit's λ (`resolve_circuit`) is clamped from both sides instead: into its
+A circuit's λ (`circuit_lambda`) is clamped from both sides instead: into its
 declared range intersected with the configured envelope
 ([CIRCUIT_INTENSITY_MIN, CIRCUIT_INTENSITY_MAX] within [0, 2], open point
 15), or that envelope; only an exact 0 or "off" is below the floor (off),
@@ -77,13 +77,13 @@ def _symbol(value: Dial, bounds: Bounds) -> float | None:
     return None
 
 
-def resolve(value: Dial, bounds: Bounds) -> float:
+def cluster_lambda(value: Dial, bounds: Bounds) -> float:
     """The effective λ of `value` within `bounds`."""
     named = _symbol(value, bounds)
     return named if named is not None else max(0.0, min(float(value), bounds.high))
 
 
-def resolve_circuit(value: Dial, bounds: Bounds, *, declared: bool) -> float:
+def circuit_lambda(value: Dial, bounds: Bounds, *, declared: bool) -> float:
     """The effective λ of `value` for a circuit (OAI-CIRCUIT-03..07): unlike a cluster's,
     a numeric λ is clamped into `bounds` from both sides (0.1 against [0.5, 1.5] is 0.5);
     only an exact 0 or "off" goes below the floor, to off; without a `declared` range

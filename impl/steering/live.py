@@ -164,7 +164,7 @@ class LiveSteering:
         if attachment is None:
             return None
         bounds = dial.Bounds.of(profile.intensity_range, self.bounds)
-        lam = dial.resolve(profile.intensity if intensity is None else intensity, bounds)
+        lam = dial.cluster_lambda(profile.intensity if intensity is None else intensity, bounds)
         strengths = profile.strengths()
         if any(not 0 <= i < attachment.sae.d_sae for i in strengths):
             return None
@@ -320,7 +320,7 @@ class LiveSteering:
             log.warning("circuit %s: no backing cluster %s", circuit.id, circuit.backing_cluster)
             return None, 0.0
         bounds = dial.Bounds.of(profile.intensity_range, self.bounds)
-        return profile, dial.resolve(circuit.intensity if value is None else value, bounds)
+        return profile, dial.cluster_lambda(circuit.intensity if value is None else value, bounds)
 
     def _fallback(
         self, circuit: Circuit, model_id: str, value: dial.Dial | None
@@ -344,7 +344,7 @@ class LiveSteering:
             lam = None
             if value is not None:
                 bounds = dial.Bounds.of(state.profile.intensity_range, self.bounds)
-                lam = dial.resolve(value, bounds)
+                lam = dial.cluster_lambda(value, bounds)
             claimed = self.profile_applied_sae(state.profile, model_id, "active", lam)
             if claimed is not None:
                 bases.append(([claimed], claimed.intensity))

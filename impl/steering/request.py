@@ -199,7 +199,7 @@ def _profile(
 def _number(value: dial.Dial | None, profile: Profile, live: LiveSteering) -> float | None:
     if value is None:
         return None
-    return dial.resolve(value, dial.Bounds.of(profile.intensity_range, live.bounds))
+    return dial.cluster_lambda(value, dial.Bounds.of(profile.intensity_range, live.bounds))
 
 
 def _dialled(
@@ -215,7 +215,7 @@ def _dialled(
     _, current = live.read(model_id)
     if not current.items:
         return Resolution(None)
-    lam = dial.resolve(value, live.bounds)
+    lam = dial.cluster_lambda(value, live.bounds)
     items: list[AppliedSAE] = [
         applied_sae("manual", i.sae, i.layer, dict(i.applied), scale=lam) for i in current.items
     ]

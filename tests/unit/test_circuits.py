@@ -33,7 +33,7 @@ def test_the_circuit_dial_clamps_both_ways_and_the_cluster_dial_does_not() -> No
     off; without a declared range "min" is "off"."""
     circuit = parse(DOC)
     assert circuit.dial(0.1, ENVELOPE) == 0.5
-    assert dial.resolve(0.1, dial.Bounds.of([0.5, 1.5], ENVELOPE)) == 0.1
+    assert dial.cluster_lambda(0.1, dial.Bounds.of([0.5, 1.5], ENVELOPE)) == 0.1
     assert circuit.dial(1.9, ENVELOPE) == 1.5
     assert circuit.dial(0, ENVELOPE) == circuit.dial("off", ENVELOPE) == 0.0
     assert (circuit.dial("min", ENVELOPE), circuit.dial("max", ENVELOPE)) == (0.5, 1.5)

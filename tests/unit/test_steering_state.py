@@ -13,7 +13,7 @@ import torch
 
 from miserver.errors import ApiError
 from miserver.steering import steering_set_hash
-from miserver.steering.dial import Bounds, is_off, resolve
+from miserver.steering.dial import Bounds, cluster_lambda, is_off
 from miserver.steering.header import ManualMember, ProfileMember, parse
 from miserver.steering.live import LiveSteering
 from miserver.steering.request import InlineSet, SteeringAsk, resolve_steering
@@ -75,7 +75,7 @@ def live(tmp_path: Path) -> LiveSteering:
 )
 def test_dial(value: float | str, declared: tuple[float, float] | None, expected: float) -> None:
     """OAI-DIAL-04..09, OAI-DIAL-11 (REQ-000 open points 14, 15)."""
-    assert resolve(value, Bounds.of(declared, DEFAULT)) == expected
+    assert cluster_lambda(value, Bounds.of(declared, DEFAULT)) == expected
 
 
 def test_is_off() -> None:
