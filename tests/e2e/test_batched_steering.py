@@ -22,7 +22,7 @@ from miserver.steering import steering_set_hash
 from miserver.steering.header import InlineMember, NoneMember, parse
 from tests.conftest import MODEL_ID, SAE_ID
 from tests.e2e.conftest import LiveServer, async_sdk, live_server
-from tests.e2e.test_continuous_batching import RowWatch
+from tests.events import RowWatch
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,7 @@ from miserver.steering.header import CircuitMember, NoneMember, ProfileMember, p
 from tests.conftest import JSON, MODEL_ID, OTHER_SAE_ID, SAE_ID
 from tests.e2e.conftest import LiveServer, async_sdk, live_server
 from tests.e2e.documents import CIRCUIT, CLUSTER
-from tests.e2e.test_continuous_batching import RowWatch
+from tests.events import RowWatch
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e

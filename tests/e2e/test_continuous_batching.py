@@ -8,7 +8,6 @@ without stopping the others. A seeded request runs alone, as with batching off.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from openai import AsyncOpenAI
 
 from tests.conftest import GGUF_ID
 from tests.e2e.conftest import LiveServer, async_sdk, live_server
-from tests.e2e.test_session_events import Listener
+from tests.events import Listener, RowWatch
 from tests.openai_reference import Check
 
 ROWS = 4
@@ -36,36 +35,6 @@ def batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     workdir = tmp_path_factory.mktemp("e2e-batched")
     with live_server(workdir, model=None, args=["--parallel", str(ROWS)]) as running:
         yield running
-
-
-class RowWatch:
-    """GET /api/health/inference polled in a thread: the most slots in use, and the longest
-    queue, it saw."""
-
-    def __init__(self, server: LiveServer) -> None:
-        self._url = server.base_url.removesuffix("/v1") + "/api/health/inference"
-        self.most = 0
-        self.queued = 0
-        self.backend = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        with httpx.Client(timeout=5.0) as client:
-            while not self._stop.is_set():
-                health = client.get(self._url).json()
-                self.most = max(self.most, health["slots_in_use"])
-                self.queued = max(self.queued, health["queue_length"])
-                self.backend = health["backend"]
-                time.sleep(0.01)
-
-    def __enter__(self) -> RowWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 async def chat(client: AsyncOpenAI, topic: str, **ask: Any) -> Any:

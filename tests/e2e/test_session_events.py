@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import pytest
 
 from tests.conftest import MODEL_ID
 from tests.e2e.conftest import LiveServer, live_server
+from tests.events import Listener
 
 JSON = {"Content-Type": "application/json"}
 USER = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -44,52 +44,6 @@ def session_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSer
 @pytest.fixture(scope="module")
 def api(session_server: LiveServer) -> str:
     return session_server.base_url.removesuffix("/v1") + "/api"
-
-
-class Listener:
-    """GET /api/events read in a thread: every (event, data) pair it has seen."""
-
-    def __init__(self, api: str) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-        self.comments: list[str] = []
-        self._api = api
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self.content_type = ""
-        self.headers: dict[str, str] = {}
-
-    def __enter__(self) -> Listener:
-        self._thread.start()
-        self.wait_for(lambda: any(name == "state" for name, _ in self.seen))
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-
-    def _read(self) -> None:
-        name = ""
-        with httpx.stream("GET", f"{self._api}/events", timeout=60.0) as response:
-            self.content_type = response.headers["content-type"]
-            self.headers = dict(response.headers)
-            for line in response.iter_lines():
-                if self._stop.is_set():
-                    return
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: "):
-                    self.seen.append((name, json.loads(line[6:])))
-                elif line.startswith(":"):
-                    self.comments.append(line)
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        return [data for event, data in list(self.seen) if event == name]
-
-    def wait_for(self, condition: Any, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out; events so far: {[n for n, _ in self.seen]}")
-            time.sleep(0.05)
 
 
 def chat(session_server: LiveServer, max_tokens: int) -> dict[str, Any]:

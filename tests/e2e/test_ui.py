@@ -28,7 +28,7 @@ from tests.conftest import SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
 from tests.e2e.documents import CIRCUIT, CLUSTER
 from tests.e2e.hostile_output import CASES
-from tests.unit.test_model_listing import write_gguf
+from tests.models import write_gguf
 from tools.fakehub import Fault, Hub, serve_hub
 
 KEY = "ui-test-key-0123456789"
@@ -282,6 +282,7 @@ def test_hostile_output_renders_inert(hostile_page: Page, name: str, text: str, 
     assert page.csp_violations() == []
 
 
+@pytest.mark.timeout(60, func_only=True)  # a frozen page made Playwright wait for good
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029"], ids=["u2028", "u2029"])
 def test_a_list_line_holding_a_line_separator_renders(hostile_page: Page, separator: str) -> None:
     """Issue 41: a list marker line holding U+2028 or U+2029 (which a regular expression's

@@ -15,6 +15,7 @@ from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
 from tests.conftest import ONE_THREAD, cache_dir
+from tests.engines import direct
 
 pytestmark = pytest.mark.model
 
@@ -34,21 +35,6 @@ def engine(gguf_path: object) -> Iterator[TransformersEngine]:
 def generated(engine: TransformersEngine, ids: list[int]) -> list[int]:
     params = SamplingParams(max_tokens=TOKENS, temperature=0.0)
     return [t.token_id for t in engine.generate(ids, params, None) if isinstance(t, Token)]
-
-
-def direct(engine: TransformersEngine, ids: list[int], layer: int) -> torch.Tensor:
-    """Layer `layer`'s output over `ids` in one plain forward pass, no cache, [tokens, width]."""
-    rows: list[torch.Tensor] = []
-    module = engine.model.model.layers[layer]
-    handle = module.register_forward_hook(
-        lambda _m, _a, out: rows.append((out[0] if isinstance(out, tuple) else out).detach())
-    )
-    try:
-        with torch.inference_mode():
-            engine.model(torch.tensor([ids]))
-    finally:
-        handle.remove()
-    return rows[0][0].float()
 
 
 def test_captured_rows_equal_a_direct_forward_over_prompt_and_completion(

@@ -8,7 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import MODEL_ID
-from tests.integration.test_refusals import error_of
+from tests.errors import error_of
 
 pytestmark = pytest.mark.model
 

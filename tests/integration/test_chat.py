@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -10,6 +9,7 @@ import http_sfv
 from starlette.testclient import TestClient
 
 from tests.conftest import MODEL_ID
+from tests.events import data_of
 
 CHAT = "/v1/chat/completions"
 FINGERPRINT = re.compile(r"^millm:SmolLM2-135M-Instruct@[0-9a-f]{8}:float32/[^:]+:transformers$")
@@ -24,15 +24,6 @@ def sse_events(client: TestClient, body: dict[str, Any]) -> tuple[Any, list[str]
     with client.stream("POST", CHAT, json={**body, "stream": True}) as response:
         lines = [line for line in response.iter_lines() if line]
     return response, lines
-
-
-def data_of(lines: list[str]) -> list[Any]:
-    out: list[Any] = []
-    for line in lines:
-        if line.startswith("data: "):
-            payload = line.removeprefix("data: ")
-            out.append(payload if payload == "[DONE]" else json.loads(payload))
-    return out
 
 
 def test_non_streamed_chat_shape(client: TestClient) -> None:

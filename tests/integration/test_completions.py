@@ -13,7 +13,7 @@ from miserver.app import Server
 from miserver.engines.base import Engine
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
-from tests.integration.test_refusals import assert_nothing_loaded, error_of
+from tests.errors import assert_nothing_loaded, error_of
 
 CMPL = "/v1/completions"
 VOCAB = 49152  # SmolLM2's vocabulary, on both engines

@@ -18,7 +18,7 @@ from miserver.app import Server
 from miserver.engines.cores import usable_cores
 from miserver.settings import Settings
 from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
-from tests.integration.test_local_api import wait_until
+from tests.local_api import configure, load, wait_until
 
 STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 
@@ -27,12 +27,6 @@ STORY = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 def client(settings: Settings) -> Iterator[TestClient]:
     with LocalClient(Server(settings, preload=False), raise_server_exceptions=False) as client:
         yield client
-
-
-def configure(client: TestClient, **values: Any) -> dict[str, Any]:
-    response = client.put("/api/config", json={"values": values}, headers=JSON)
-    assert response.status_code == 200 and not response.json()["rejected"], response.text
-    return cast(dict[str, Any], response.json())
 
 
 def chat(client: TestClient, model: str = GGUF_ID, **fields: Any) -> dict[str, Any]:
@@ -53,13 +47,6 @@ def greedy(client: TestClient, model: str = GGUF_ID) -> str:
     reference is taken warm, as every later request is."""
     chat(client, model, temperature=0, max_tokens=1)
     return text(chat(client, model, temperature=0, max_tokens=24))
-
-
-def load(client: TestClient, model: str) -> dict[str, Any]:
-    assert client.post("/api/session/load", json={"model": model}, headers=JSON).status_code == 202
-    info = wait_until(client, lambda found: found["state"] in ("ready", "error"))
-    assert info["state"] == "ready", info
-    return info
 
 
 # -- the ceiling (LOC-CHAT-21..25, LOC-SEC-41/42) -----------------------------------------

@@ -17,7 +17,7 @@ from miserver.engines.transformers import TransformersEngine
 from miserver.local.decisions import answer
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, LocalClient, cache_dir
-from tests.integration.test_refusals import error_of
+from tests.errors import error_of
 
 pytestmark = pytest.mark.model
 

@@ -38,7 +38,7 @@ from miserver.engines.base import Engine
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, SAE_ID, LocalClient, cache_dir
-from tests.integration.test_refusals import assert_nothing_loaded, error_of
+from tests.errors import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
 

@@ -23,7 +23,7 @@ from miserver.app import Server
 from miserver.engines.transformers import float32
 from miserver.settings import Settings
 from tests.conftest import BF16_MODEL_ID, ENGINE_THREADS, MODEL_ID, LocalClient, cache_dir
-from tests.integration.test_refusals import error_of
+from tests.errors import error_of
 
 pytestmark = pytest.mark.model
 

@@ -19,8 +19,8 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, JSON, LocalClient, cache_dir
-from tests.integration.test_refusals import assert_nothing_loaded, error_of
-from tests.integration.test_structured_output import (
+from tests.errors import assert_nothing_loaded, error_of
+from tests.structured import (
     HEADER,
     JSON_OBJECT,
     SCHEMA_PARAM,
@@ -35,7 +35,7 @@ from tests.integration.test_structured_output import (
     streamed_text,
     user,
 )
-from tests.integration.test_structured_output import ask as ask_on
+from tests.structured import ask as ask_on
 
 pytestmark = pytest.mark.model
 

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, JSON, MODEL_ID, LocalClient, cache_dir
-from tests.integration.test_refusals import assert_nothing_loaded, error_of
+from tests.errors import assert_nothing_loaded, error_of
 
 DEEP_ARRAYS = b'{"model": "m", "messages": ' + b"[" * 2000 + b"]" * 2000 + b"}"
 DEEP_OBJECTS = b'{"a":' * 50_000 + b"1" + b"}" * 50_000

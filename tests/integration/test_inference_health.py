@@ -13,7 +13,7 @@ from miserver.app import Server
 from miserver.generated import api
 from miserver.settings import Settings
 from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
-from tests.integration.test_config_effects import configure, load
+from tests.local_api import configure, load
 
 FIELDS = {"backend", "parallel", "slots_in_use", "queue_length", "model"}
 

@@ -24,7 +24,7 @@ from miserver.engines.base import (
     SamplingParams,
 )
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from tests.integration.test_llamacpp_engine import greedy, run, smollm2_gguf
+from tests.engines import greedy, run, smollm2_gguf
 
 pytestmark = pytest.mark.model
 
@@ -60,7 +60,7 @@ def drive(
         rows = [row for row in joined if not isinstance(row, Exception)]
         assert len(rows) == len(asks), joined
     else:
-        rows = [batch.join(ids, params, None) for ids, params in asks]
+        rows = [batch.join(Joiner(ids, params, None)) for ids, params in asks]
     out: list[list[int]] = [[] for _ in rows]
     live = list(range(len(rows)))
     while live:
@@ -118,17 +118,16 @@ def test_a_returning_prompt_reuses_its_rows_prefix(engine: LlamaCppEngine) -> No
     assert batch is not None
     first = prompt(engine, "a red kite")
     drive(engine, [(first, greedy(4))])
-    row = batch.join(
-        [*first, *engine.tokenize(" And another.", add_special_tokens=False)], greedy(2), None
-    )
+    longer = [*first, *engine.tokenize(" And another.", add_special_tokens=False)]
+    row = batch.join(Joiner(longer, greedy(2), None))
     try:
         assert row.cached >= len(first) - 1
     finally:
         batch.leave(row)
-    rows = [batch.join(prompt(engine, t), greedy(2), None) for t in TOPICS[:4]]
+    rows = [batch.join(Joiner(prompt(engine, t), greedy(2), None)) for t in TOPICS[:4]]
     try:
         with pytest.raises(RuntimeError, match="every row"):
-            batch.join(prompt(engine, "bread"), greedy(2), None)
+            batch.join(Joiner(prompt(engine, "bread"), greedy(2), None))
     finally:
         for r in rows:
             batch.leave(r)
@@ -143,7 +142,7 @@ def test_busy_rows_stay_one_block_and_a_moved_row_decodes_on(engine: LlamaCppEng
     assert batch is not None
     asks = [(prompt(engine, t), greedy(12)) for t in TOPICS[:4]]
     alone = [drive(engine, [ask])[0] for ask in asks]
-    rows = [batch.join(ids, params, None) for ids, params in asks]
+    rows = [batch.join(Joiner(ids, params, None)) for ids, params in asks]
     out = [[row.last.token_id] for row in rows]
     for _ in range(3):
         batch.step(rows)

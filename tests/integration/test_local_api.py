@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,9 @@ from miserver.models.catalog import shipped
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from tests.conftest import JSON, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
-from tests.e2e.test_session_events import Listener
-from tests.integration.test_refusals import error_of
+from tests.errors import error_of
+from tests.events import Listener
+from tests.local_api import wait_until
 from tests.models import CHATML, TEMPLATES, link_model
 from tools.uvicorn_thread import uvicorn_serving
 
@@ -98,15 +98,6 @@ def test_a_failed_load_leaves_state_error_with_its_reason(tmp_path: Path) -> Non
         assert again.status_code == 202  # a named load sets `model`: Broken-1 was configured
         info = wait_until(client, lambda found: found["state"] == "ready")
         assert info["error"] == "" and info["model"]["id"] == MODEL_ID
-
-
-def wait_until(client: LocalClient, done: Any, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found: dict[str, Any] = client.get("/api/info").json()
-        if done(found) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
 
 
 def test_a_load_uses_the_config_and_refuses_an_invalid_one(tmp_path: Path) -> None:

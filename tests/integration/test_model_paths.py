@@ -27,7 +27,7 @@ import pytest
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from tests.conftest import JSON, cache_dir
-from tests.integration.test_security import Running, serving
+from tests.servers import Running, serving
 
 LAUNCH_ID = "SmolLM2-135M-Instruct:Q4_1"  # the embedded GGUF, served by llama.cpp
 LOAD_TIMEOUT_S = 60.0

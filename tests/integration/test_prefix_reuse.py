@@ -17,7 +17,7 @@ import torch
 from miserver.engines.base import ChatPrompt, Prefilled, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine
 from tests.conftest import TIMING
-from tests.integration.test_transformers_engine import ForwardLog, greedy, load
+from tests.engines import ForwardLog, greedy, load_transformers
 
 pytestmark = [pytest.mark.model, pytest.mark.xdist_group(TIMING)]
 
@@ -32,7 +32,7 @@ def engine() -> Iterator[TransformersEngine]:
     """SmolLM2 on one torch thread, as in test_transformers_engine.py."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    loaded = load()
+    loaded = load_transformers()
     yield loaded
     loaded.close()
     torch.set_num_threads(threads)

@@ -26,8 +26,8 @@ from miserver.engines.transformers import TransformersEngine
 from miserver.probes.verdicts import parse, serialize
 from miserver.steering.sae import SAE
 from tests.conftest import GGUF_ID, MODEL_ID, SAE_ID, LocalClient, steering_settings
-from tests.integration.test_activations_capture import direct
-from tests.integration.test_chat import data_of
+from tests.engines import direct
+from tests.events import data_of
 from tools.uvicorn_thread import uvicorn_serving
 
 pytestmark = pytest.mark.model

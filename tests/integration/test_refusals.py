@@ -8,13 +8,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import GGUF_ID, JSON, MODEL_ID
-from tests.errors import error_of
+from tests.errors import assert_nothing_loaded, error_of
 
 USER = [{"role": "user", "content": "Hi"}]
-
-
-def assert_nothing_loaded(client: TestClient) -> None:
-    assert client.app.state.manager.resident is None  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 A client's `X-Request-Id` that is a sane token (1-128 of [A-Za-z0-9._:-]) is
 echoed; none, or anything else, gets a fresh `req_<32 hex>`. The servers run
-under uvicorn in this process (tests.integration.test_security's `serving`);
+under uvicorn in this process (tests/servers.py: `serving`);
 the event-stream test loads the embedded GGUF, the log-record test uses the
 session's transformers model.
 """
@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,13 +21,13 @@ from starlette.testclient import TestClient
 
 from miserver.request_context import RequestIdFilter
 from tests.conftest import JSON, MODEL_ID
-from tests.integration.test_security import KEY, Running, serving, settings_in
+from tests.events import Events
+from tests.servers import KEY, Running, serving, settings_in
 
 FRESH = re.compile(r"req_[0-9a-f]{32}")
 SANE = "trace-01.a:B_c"
 INSANE = ["has space", "x" * 129, "semi;colon", 'quote"d', ""]
 HI = [{"role": "user", "content": "Hi"}]
-WAIT_S = 120.0
 OVER_CAP = 8_388_608 + 1  # LOC-SEC-67: bodies are capped at 8 MiB (8,388,608 bytes)
 
 
@@ -90,41 +88,6 @@ def test_refusals_and_errors_carry_the_id(local: Running, keyed: Running, case: 
         assert rid == SANE if sent == SANE else FRESH.fullmatch(rid), (sent, rid)
         seen.append(rid)
     assert len(set(seen)) == len(seen)  # every fresh id is new
-
-
-class Events:
-    """GET /api/events read in a thread: every (event, data) pair seen so far."""
-
-    def __init__(self, url: str) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-        self._url = url
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-
-    def __enter__(self) -> Events:
-        self._thread.start()
-        self.wait_for(lambda seen: any(name == "state" for name, _ in seen))
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-
-    def _read(self) -> None:
-        name = ""
-        with httpx.stream("GET", f"{self._url}/api/events", timeout=WAIT_S) as response:
-            for line in response.iter_lines():
-                if self._stop.is_set():
-                    return
-                if line.startswith("event: "):
-                    name = line.removeprefix("event: ")
-                elif line.startswith("data: "):
-                    self.seen.append((name, json.loads(line.removeprefix("data: "))))
-
-    def wait_for(self, ready: Callable[[list[tuple[str, dict[str, Any]]]], bool]) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not ready(list(self.seen)):
-            assert time.monotonic() < deadline, self.seen[-5:]
-            time.sleep(0.05)
 
 
 def test_a_stream_its_events_and_its_log_share_the_id(local: Running) -> None:

@@ -17,9 +17,9 @@ from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers import TransformersEngine
 from miserver.steering.sae import SAE
 from tests.conftest import MODEL_ID, OTHER_SAE_ID, SAE_ID, LocalClient, steering_settings
-from tests.integration.test_activations_capture import direct
-from tests.integration.test_chat import data_of
-from tests.integration.test_refusals import error_of
+from tests.engines import direct
+from tests.errors import error_of
+from tests.events import data_of
 
 pytestmark = pytest.mark.model
 

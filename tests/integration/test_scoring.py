@@ -22,7 +22,7 @@ from miserver.engines.base import ChatPrompt
 from miserver.engines.transformers.engine import TransformersEngine
 from miserver.settings import Settings
 from tests.conftest import GGUF_ID, MODEL_ID, SAE_ID, LocalClient
-from tests.integration.test_refusals import assert_nothing_loaded, error_of
+from tests.errors import assert_nothing_loaded, error_of
 
 pytestmark = pytest.mark.model
 

@@ -1,6 +1,6 @@
 """The security model over real HTTP: uvicorn on loopback, one rule per test (REQ-003 SEC).
 
-Each server runs in a thread of this process (`serving`), with no model
+Each server runs in a thread of this process (`serving`, tests/servers.py), with no model
 preloaded, so a start takes a fraction of a second; only the SSE test loads
 the embedded GGUF. The start-up refusals themselves are unit tests
 (tests/unit/test_security_rules.py); here one `miserver serve` is refused for real.
@@ -8,60 +8,25 @@ the embedded GGUF. The start-up refusals themselves are unit tests
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import socket
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from miserver.app import Server
-from miserver.settings import Settings
-from tests.conftest import JSON, cache_dir
+from tests.conftest import JSON
 from tests.e2e.conftest import free_port, serve_command
 from tests.errors import error_of
 from tests.security_headers import REQUIRED_HEADERS
-from tools.uvicorn_thread import uvicorn_serving
+from tests.servers import KEY, Running, serving, settings_in
 
-KEY = "s3cret-key_0123"
 PROFILE = b'{"sae_id": "s", "layer": 1, "features": []}'
 DEV_ORIGIN = "http://localhost:5173"
-START_TIMEOUT_S = 20.0
 CAP = 8_388_608  # LOC-SEC-67: bodies are capped at 8 MiB (8,388,608 bytes)
-
-
-@dataclass(frozen=True, slots=True)
-class Running:
-    """A server answering on `url` (http://ADDRESS:PORT), and its app."""
-
-    url: str
-    port: int
-    app: Server
-
-    def client(self, **headers: str) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
-
-
-@contextlib.contextmanager
-def serving(settings: Settings, address: str = "127.0.0.1") -> Iterator[Running]:
-    """`Server(settings, preload=False)` under uvicorn on a socket bound to `address`
-    (loopback by default), until the block ends.
-
-    The socket is bound here, so `settings.host` may say what the security
-    model should assume (a network bind) while the test stays on loopback.
-    """
-    app = Server(settings, preload=False)
-    with uvicorn_serving(app, address, START_TIMEOUT_S) as port:
-        yield Running(f"http://{address}:{port}", port, app)
-
-
-def settings_in(folder: Path, **changes: Any) -> Settings:
-    return Settings(data_dir=folder / "data", cache_dir=cache_dir(), **changes)
 
 
 @pytest.fixture(scope="module")

