@@ -11,9 +11,15 @@ chat          serving/chat/ (templates, tools, formats, reasoning) imports neith
 completions   serving/completions/ never imports local/: the control plane configures the
               request path (local/config builds its defaults), never the reverse
 conformance/  speaks only HTTP: imports nothing of ours but itself (miserver.conformance)
-cycles        no import cycle between packages (a package is the folder a module lives in;
-              a subpackage is a node of its own, and so is each module at the top of miserver)
-dependencies  every third-party module is declared in pyproject.toml
+tools/        never imports tests/: what both use lives in tools/ (fakehub, uvicorn_thread)
+test modules  tests/**/test_*.py are imported by pytest alone, never by another module: what
+              tests share lives in helper modules (tests/*.py, tests/<tier>/*.py) and conftests
+cycles        no import cycle between packages anywhere in impl, generated, conformance, tools
+              and tests (a package is the folder a module lives in; a subpackage is a node of
+              its own, and so is each module at the top of miserver, conformance, tools, tests)
+module cycles in tools/ and tests/, no import cycle between modules either, within one package
+              too (the circle concurrency <-> transformers_rows lay inside tools/bench)
+dependencies  every third-party module of miserver is declared in pyproject.toml
 
 Every import statement counts, also inside functions and under `if TYPE_CHECKING:`: a
 lazy or type-only import is still a dependency. Violations the code has today are listed in
@@ -41,11 +47,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # distribution. Delete an entry when its fix lands; the check fails on a stale one.
 KNOWN: dict[tuple[str, str, str], str] = {}
 
-# source folder -> the module name it installs as (setup.py)
+# source folder -> the module name it installs as (setup.py), or is imported as from the root
 FOLDERS = {
     "impl": "miserver",
     "generated": "miserver.generated",
     "conformance": "miserver.conformance",
+    "tools": "tools",
+    "tests": "tests",
 }
 WEB = ("connexion", "starlette", "uvicorn")
 CORE = (
@@ -61,6 +69,7 @@ CHAT = "miserver.serving.chat"
 COMPLETIONS = "miserver.serving.completions"
 LOCAL = "miserver.local"
 FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http")
+TESTS = "tests"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +139,22 @@ RULES = [
         "conformance/ speaks only HTTP",
         allowed=("miserver.conformance",),
     ),
+    Rule(
+        "tools",
+        ("tools",),
+        (TESTS,),
+        "tools never import the tests: what both use lives in tools/",
+    ),
 ]
 # folders whose modules are each a node of the package graph: the top of `miserver` holds both
 # the entry points (app, cli) and the shared leaves (errors, headers, settings); the top of
 # conformance/ both the kit's machinery (context, registry), which checks/ use, and the runner
-# and cli, which use checks/
-SPLIT = ("miserver", "miserver.conformance")
+# and cli, which use checks/; the top of tools/ both commands (check, layering) and what the
+# benchmarks and tests share (sae_train, fakehub); the top of tests/ the conftest and the
+# helper modules every tier uses
+SPLIT = ("miserver", "miserver.conformance", "tools", TESTS)
+# where the module graph, not only the package graph, has no cycle
+MODULE_CYCLES = ("tools", TESTS)
 # module prefix -> the pyproject.toml lists that declare its third-party imports
 DECLARED = {"miserver": ("dependencies",), "miserver.conformance": ("dependencies", "conformance")}
 # import name -> distribution name where they differ (case, `_` and `-` are normalised)
@@ -271,6 +290,21 @@ def rule_violations(tree: Tree) -> Iterator[Violation]:
                     yield Violation(rule.name, mod.name, tree.target(imp), imp.line, rule.why)
 
 
+def is_test_module(name: str) -> bool:
+    """A module pytest collects: tests/**/test_*.py."""
+    return within(name, (TESTS,)) and name.rpartition(".")[2].startswith("test_")
+
+
+def test_module_violations(tree: Tree) -> Iterator[Violation]:
+    """No module imports a test module (a test module importing another one included)."""
+    why = "a test module is pytest's alone: share helpers through tests/ helper modules"
+    for mod in tree.modules.values():
+        for imp in tree.imports[mod.name]:
+            dest = tree.target(imp)
+            if dest != mod.name and dest in tree.modules and is_test_module(dest):
+                yield Violation("test modules", mod.name, dest, imp.line, why)
+
+
 def node(mod: Module) -> str:
     """A module's node in the package graph: its package, or itself at the top of SPLIT."""
     return mod.name if mod.package in SPLIT and not mod.is_package else mod.package
@@ -316,13 +350,80 @@ def edge_line(a: str, b: str, made_by: set[Edge], shown: int = 4) -> str:
     return f"{a} -> {b}: {', '.join(found[:shown])}{more}"
 
 
-def cycle_violations(tree: Tree) -> Iterator[Violation]:
-    edges = package_graph(tree)
-    why = "packages import each other (a subpackage is a package of its own)"
-    for cycle in cycles(edges):
+def module_graph(tree: Tree, scope: tuple[str, ...]) -> dict[tuple[str, str], set[Edge]]:
+    """(module, module) -> the imports that make that edge, between modules within `scope`."""
+    edges: dict[tuple[str, str], set[Edge]] = defaultdict(set)
+    for mod in tree.modules.values():
+        if not within(mod.name, scope):
+            continue
+        for imp in tree.imports[mod.name]:
+            dest = tree.target(imp)
+            if dest in tree.modules and dest != mod.name and within(dest, scope):
+                edges[mod.name, dest].add((mod.name, imp.line, dest))
+    return edges
+
+
+def strongly_connected(edges: Iterable[tuple[str, str]]) -> list[set[str]]:
+    """The graph's strongly connected components of more than one node (Kosaraju)."""
+    forward: dict[str, set[str]] = defaultdict(set)
+    backward: dict[str, set[str]] = defaultdict(set)
+    for a, b in edges:
+        forward[a].add(b)
+        backward[b].add(a)
+    order: list[str] = []
+    seen: set[str] = set()
+    for start in sorted(forward):
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(sorted(forward[start])))]
+        while stack:
+            here, rest = stack[-1]
+            there = next(rest, None)
+            if there is None:
+                stack.pop()
+                order.append(here)
+            elif there not in seen:
+                seen.add(there)
+                stack.append((there, iter(sorted(forward[there]))))
+    found: list[set[str]] = []
+    placed: set[str] = set()
+    for start in reversed(order):
+        if start in placed:
+            continue
+        component, todo = set(), [start]
+        while todo:
+            here = todo.pop()
+            if here not in placed:
+                placed.add(here)
+                component.add(here)
+                todo.extend(backward[here] - placed)
+        if len(component) > 1:
+            found.append(component)
+    return found
+
+
+def ring_violations(
+    rule: str, edges: Mapping[tuple[str, str], set[Edge]], why: str
+) -> Iterator[Violation]:
+    """One violation per elementary cycle, each edge naming the imports that make it. Only
+    the edges within a strongly connected component can be on a cycle."""
+    components = strongly_connected(edges)
+    inside = [(a, b) for a, b in edges if any(a in c and b in c for c in components)]
+    for cycle in cycles(inside):
         ring = [*cycle, cycle[0]]
         detail = tuple(edge_line(a, b, edges[a, b]) for a, b in pairwise(ring))
-        yield Violation("cycles", " -> ".join(ring), "", 0, why, detail)
+        yield Violation(rule, " -> ".join(ring), "", 0, why, detail)
+
+
+def cycle_violations(tree: Tree) -> Iterator[Violation]:
+    why = "packages import each other (a subpackage is a package of its own)"
+    yield from ring_violations("cycles", package_graph(tree), why)
+
+
+def module_cycle_violations(tree: Tree) -> Iterator[Violation]:
+    why = "modules import each other (directly or through others)"
+    yield from ring_violations("module cycles", module_graph(tree, MODULE_CYCLES), why)
 
 
 def distribution(requirement: str) -> str:
@@ -350,9 +451,13 @@ def third_party(imps: Iterable[Import]) -> dict[str, Import]:
 
 
 def dependency_violations(tree: Tree, pyproject: Path) -> Iterator[Violation]:
+    """miserver's modules only: tools/ and tests/ run with the test extras installed."""
     lists = declared(pyproject)
     for mod in tree.modules.values():
-        scope = max((p for p in DECLARED if within(mod.name, (p,))), key=len)
+        scopes = [p for p in DECLARED if within(mod.name, (p,))]
+        if not scopes:
+            continue
+        scope = max(scopes, key=len)
         allowed = set().union(*(lists.get(name, set()) for name in DECLARED[scope]))
         for top, imp in third_party(tree.imports[mod.name]).items():
             dist = distribution(DISTRIBUTIONS.get(top, top))
@@ -367,7 +472,9 @@ def violations(root: Path, pyproject: Path | None = None) -> list[Violation]:
     found: dict[tuple[str, str, str], Violation] = {}
     for v in (
         *rule_violations(tree),
+        *test_module_violations(tree),
         *cycle_violations(tree),
+        *module_cycle_violations(tree),
         *dependency_violations(tree, pyproject or root / "pyproject.toml"),
     ):
         found.setdefault(v.key, v)

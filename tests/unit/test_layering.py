@@ -255,6 +255,108 @@ def test_third_party_imports_are_declared(tmp_path: Path) -> None:
     }
 
 
+def test_tools_never_import_the_tests(tmp_path: Path) -> None:
+    """Issue 41 item 7: a tool importing a test helper (tools/bench/fuzz.py took tests.fakehub)
+    is caught; tools importing tools and miserver, and tests importing tools, are not."""
+    tree(
+        tmp_path,
+        {
+            "impl/settings.py": "",
+            "tools/fakehub.py": "",
+            "tools/bench/fuzz.py": "from tests.fakehub import Hub\nfrom tools import fakehub\n",
+            "tools/bench/peer.py": "def f():\n    import tests.conftest\n",
+            "tools/check.py": "from miserver import settings\n",
+            "tests/fakehub.py": "",
+            "tests/conftest.py": "from tools.fakehub import Hub\n",
+        },
+    )
+    assert {k for k in keys(tmp_path) if k[0] == "tools"} == {
+        ("tools", "tools.bench.fuzz", "tests.fakehub"),
+        ("tools", "tools.bench.peer", "tests.conftest"),
+    }
+
+
+def test_no_module_imports_a_test_module(tmp_path: Path) -> None:
+    """Issue 41 item 7: a test module importing another one, in any tier and in any form, is
+    caught, and so is a helper importing one; test modules importing helper modules,
+    conftests and tools are not."""
+    tree(
+        tmp_path,
+        {
+            "tools/fakehub.py": "",
+            "tests/conftest.py": "",
+            "tests/errors.py": "",
+            "tests/events.py": "from tests.e2e.test_session_events import Listener\n",
+            "tests/e2e/conftest.py": "",
+            "tests/e2e/documents.py": "",
+            "tests/e2e/test_session_events.py": "from tests.e2e.conftest import LiveServer\n",
+            "tests/e2e/test_ui.py": "from tests.unit.test_model_listing import write_gguf\n",
+            "tests/unit/test_model_listing.py": "from tests import errors\n",
+            "tests/integration/test_refusals.py": "from tests.errors import error_of\n",
+            "tests/integration/test_chat.py": (
+                "from tests.integration.test_refusals import error_of\n"
+                "from . import test_refusals\n"
+                "from tests.conftest import X\nfrom tests.e2e import documents\n"
+                "from tools.fakehub import Hub\n"
+            ),
+        },
+    )
+    assert {k for k in keys(tmp_path) if k[0] == "test modules"} == {
+        ("test modules", "tests.events", "tests.e2e.test_session_events"),
+        ("test modules", "tests.e2e.test_ui", "tests.unit.test_model_listing"),
+        ("test modules", "tests.integration.test_chat", "tests.integration.test_refusals"),
+    }
+
+
+def test_a_circle_in_tools_is_caught_between_packages_and_between_modules(
+    tmp_path: Path,
+) -> None:
+    """Issue 41 item 7: tools/ and tests/ are in the cycle rule (tools/a <-> tools/b), and in
+    tools/ and tests/ two modules of one package that import each other are a cycle too (the
+    concurrency <-> transformers_rows circle, through a lazy import). The modules at the top
+    of tools/ and tests/ are each a node: e2e importing the top's conftest while a helper at
+    the top imports an e2e module is no cycle, but e2e importing a helper that imports an e2e
+    module is. Module cycles inside impl stay with the package rule."""
+    tree(
+        tmp_path,
+        {
+            "tools/a/x.py": "from tools.b import y\n",
+            "tools/b/y.py": "def f():\n    from tools.a.x import g\n",
+            "tools/bench/concurrency.py": "def main():\n    from tools.bench import rows2\n",
+            "tools/bench/rows2.py": "from tools.bench.concurrency import messages\n",
+            "tools/bench/rows.py": "",
+            "tools/bench/peer.py": "from tools.bench import rows\nfrom tools import sae_train\n",
+            "tools/sae_train.py": "",
+            "tests/conftest.py": "from tools import sae_train\n",
+            "tests/events.py": "from tests.e2e import documents\n",
+            "tests/servers.py": "from tests.e2e.conftest import free_port\n",
+            "tests/e2e/documents.py": "",
+            "tests/e2e/conftest.py": "from tests.conftest import MODEL_ID\n",
+            "tests/e2e/test_x.py": "from tests.servers import serving\n",
+            "impl/serving/a.py": "from . import b\n",
+            "impl/serving/b.py": "from . import a\n",
+        },
+    )
+    found = {k for k in keys(tmp_path) if k[0] in ("cycles", "module cycles")}
+    assert found == {
+        ("cycles", "tools.a -> tools.b -> tools.a", ""),
+        ("cycles", "tests.e2e -> tests.servers -> tests.e2e", ""),
+        ("module cycles", "tools.a.x -> tools.b.y -> tools.a.x", ""),
+        (
+            "module cycles",
+            "tools.bench.concurrency -> tools.bench.rows2 -> tools.bench.concurrency",
+            "",
+        ),
+    }
+
+
+def test_third_party_imports_of_tools_and_tests_are_not_checked(tmp_path: Path) -> None:
+    """Issue 41 item 7: tools/ and tests/ run with the test extras: the dependency rule reads
+    miserver's modules only."""
+    tree(tmp_path, {"tools/t.py": "import numpy\n", "tests/conftest.py": "import pytest\n"})
+    assert not {k for k in keys(tmp_path) if k[0] == "dependencies"}
+
+
 def test_known_violations_are_tolerated_and_stale_ones_reported(tmp_path: Path) -> None:
     """Issue 16 item 4: a KNOWN violation passes; a KNOWN entry that no longer occurs fails the
     check, so the list can only shrink."""
@@ -274,6 +376,7 @@ def test_known_violations_are_tolerated_and_stale_ones_reported(tmp_path: Path) 
 
 def test_known_entries_name_a_rule() -> None:
     """Issue 16 item 4: every KNOWN entry belongs to a rule the checker has."""
-    rules = {rule.name for rule in RULES} | {"cycles", "dependencies"}
+    rules = {rule.name for rule in RULES} | {"test modules", "cycles", "module cycles"}
+    rules |= {"dependencies"}
     assert {rule for rule, _, _ in KNOWN} <= rules
     assert all(KNOWN.values())
