@@ -1,22 +1,39 @@
-"""The web UI's three files, served from the server's own origin (REQ-003 GEN-02, SEC-40).
+"""The web UI's files, served from the server's own origin (REQ-003 GEN-02, SEC-40).
 
-`/` is the page, `/ui/app.js` its one script and `/ui/app.css` its one
-stylesheet (impl/web/). They sit inside the security middleware, so they get
-the same Host check and Content-Security-Policy as the API, and need no key:
-the page itself asks for one when the API answers 401 (SEC-09).
+`/` is the page (`index.html`) and `/ui/NAME` each other file of the
+`miserver.web` package folder (impl/web/) whose suffix is in `MEDIA`: the
+page's ES modules and its stylesheet. The files are read once, when the app is
+made, and a path must name one of them exactly, so nothing outside the folder
+(and nothing else in it) can be reached. They sit inside the security
+middleware, so they get the same Host check and Content-Security-Policy as the
+API, and need no key: the page itself asks for one when the API answers 401
+(SEC-09).
 """
 
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import PurePosixPath
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-FILES = {  # path -> (file in miserver.web, media type)
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/ui/app.css": ("app.css", "text/css; charset=utf-8"),
+MEDIA = {  # suffix -> media type; a file with any other suffix is not served
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
 }
+PAGE = "index.html"
+
+
+def web_files() -> dict[str, tuple[bytes, str]]:
+    """Each URL path of the UI -> (the file's bytes, its media type)."""
+    files: dict[str, tuple[bytes, str]] = {}
+    for entry in resources.files("miserver.web").iterdir():
+        media = MEDIA.get(PurePosixPath(entry.name).suffix)
+        if media is not None and entry.is_file() and not entry.name.startswith("."):
+            files[f"/ui/{entry.name}"] = (entry.read_bytes(), media)
+    files["/"] = files.pop(f"/ui/{PAGE}")
+    return files
 
 
 class Pages:
@@ -24,10 +41,7 @@ class Pages:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        folder = resources.files("miserver.web")
-        self._files = {
-            path: ((folder / name).read_bytes(), media) for path, (name, media) in FILES.items()
-        }
+        self._files = web_files()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._files.get(scope["path"]) if scope["type"] == "http" else None
