@@ -36,6 +36,7 @@ from .http.security import SecurityMiddleware
 from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator
 from .local.config import ConfigService
 from .local.decisions import DecisionService
+from .local.probe_scores import ProbeScores
 from .local.session import Session
 from .models.catalog import Catalog, shipped
 from .models.downloads import Downloads
@@ -47,7 +48,6 @@ from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .planner.service import Planner
 from .probes.admin import ProbeAdmin
-from .serving.completions.probing import ProbeScores
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
 from .serving.scheduler import Scheduler

@@ -7,7 +7,6 @@ is a plain value from this module, so the serving layer is engine-agnostic.
 from __future__ import annotations
 
 from collections.abc import Generator, Hashable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -264,15 +263,48 @@ class BatchRow(Protocol):
     def cached(self) -> int: ...
 
 
+@dataclass(eq=False, slots=True)
+class Capture:
+    """A layer to read while a generation runs (OAI-ACT): its output rows, one per position
+    fed, before this layer's steering delta with `pre_steering`, else after it. The engine
+    records them (`record`) as the generation ends; a capture is made for one generation."""
+
+    layer: int
+    pre_steering: bool
+    rows: Any = None  # [positions, width], once recorded
+
+    def record(self, rows: Any) -> None:
+        self.rows = rows
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What runs in a generation's forward passes beside the model: a steering source, a
+    probe monitor, a layer capture (and, later, a logit processor). The engine enters them
+    itself, on the serial path (`Engine.generate`) as on a row (`Batch.join`); an engine
+    that cannot run one refuses the generation (ValueError)."""
+
+    steering: SteeringSource | None = None
+    monitor: Monitor | None = None
+    capture: Capture | None = None
+
+    @property
+    def reads(self) -> bool:
+        """Whether something reads every position: such a generation reuses no kept prefix."""
+        return self.monitor is not None or self.capture is not None
+
+
+NO_HOOKS = Hooks()
+
+
 @dataclass(frozen=True, slots=True)
 class Joiner:
-    """One prompt joining a batch with others (`Batch.join_all`): `join`'s arguments."""
+    """One prompt joining a batch (`Batch.join`, `Batch.join_all`)."""
 
     prompt_ids: Sequence[int]
     params: SamplingParams
     rng: Rng | None
-    steering: SteeringSource | None = None
-    monitor: Monitor | None = None
+    hooks: Hooks = NO_HOOKS
 
 
 class Batch(Protocol):
@@ -291,17 +323,10 @@ class Batch(Protocol):
         """The most tokens one row holds: its prompt and what it generates."""
         ...
 
-    def join(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        rng: Rng | None,
-        steering: SteeringSource | None = None,
-        monitor: Monitor | None = None,
-    ) -> BatchRow:
+    def join(self, joiner: Joiner) -> BatchRow:
         """Prefill a prompt into a free row and pick its first token; the row's passes, its
-        prefill and every step, run under `steering` (engines with `steering` only) and feed
-        `monitor` (engines with `monitoring` only; the prefill then reuses no kept prefix)."""
+        prefill and every step, run under its hooks (refused, ValueError, where the engine
+        cannot run them; a row that reads every position reuses no kept prefix)."""
         ...
 
     def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
@@ -319,7 +344,10 @@ class Batch(Protocol):
 
 
 class Engine(Protocol):
-    """A loaded model that can tokenize, render chats and generate."""
+    """A loaded model that can tokenize, render chats and generate: the core every engine
+    implements. What only some engines do is an optional protocol of
+    engines/capabilities.py (scoring, deciding, embedding, grammars, steering, reading),
+    and `capabilities` is derived from the ones it implements (`capabilities_of`)."""
 
     @property
     def facts(self) -> ModelFacts: ...
@@ -355,94 +383,24 @@ class Engine(Protocol):
         ...
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: Rng | None,
+        hooks: Hooks = NO_HOOKS,
     ) -> Generator[Prefilled | Token, None, None]:
         """One `Prefilled`, then up to `params.max_tokens` tokens; the last may be an EOS.
 
-        Blocking: callers run it in a worker thread. Closing the iterator
-        stops generation before the next forward pass; the engine keeps or frees its KV cache.
-        """
-        ...
-
-    def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
-        """One unsteered forward pass over the prompt; the next token's log-probabilities.
-
-        Blocking. Raises NonFiniteLogits (OAI-SCORE-22). Only engines with
-        the `scoring` capability implement it.
-        """
-        ...
-
-    @property
-    def embedding_limit(self) -> int:
-        """Most tokens one embedding input may hold; 0 when the model states none."""
-        ...
-
-    def embed(self, inputs: Sequence[Sequence[int]], pooling: str) -> Any:
-        """Blocking: one vector per input (a float32 array [n, width]) from the last hidden
-        layer, pooled `mean` / `last` / `cls` over every token (special ones included); no
-        steering hook is ever active while embedding."""
-        ...
-
-    def render_split(self, prefix: str, suffix: str) -> tuple[list[int], int]:
-        """Ids of `prefix + suffix` as one user message (reasoning off), and how many
-        leading ids the prefix alone determines."""
-        ...
-
-    def prefill_choices(
-        self,
-        prompt_ids: Sequence[int],
-        prefix_length: int,
-        choice_ids: Sequence[int],
-        *,
-        reuse: bool,
-        cancel: Any,
-    ) -> Decision:
-        """One prefill, no decode: the choices' first tokens' log-probabilities.
-
-        Blocking. With `reuse`, the state after the first `prefix_length` ids
-        is kept and restored for a later prompt that starts with them.
-        `cancel` (a threading.Event) stops it between prefill chunks. Only
-        engines with the `decide` capability implement it.
-        """
-        ...
-
-    def compile_constraint(self, constraint: Constraint) -> None:
-        """Compile (and cache) the grammar of `constraint` before any generation uses it.
-
-        Raises ConstraintUnsupported. Only engines with the `structured_output`
-        capability implement it.
+        Blocking: callers run it in a worker thread. Every forward pass runs under
+        `hooks`, entered as the generation starts and left before it ends (a
+        capture's rows are recorded by then). Closing the iterator stops generation
+        before the next forward pass; the engine keeps or frees its KV cache.
         """
         ...
 
     @property
     def batch(self) -> Batch | None:
         """The rows this engine decodes together; None when it was loaded serial."""
-        ...
-
-    def steered(self, source: SteeringSource) -> AbstractContextManager[None]:
-        """Generations started inside the block run under `source`'s steering.
-
-        Only engines with the `steering` capability take a source with layers.
-        """
-        ...
-
-    def capturing(self, layer: int, *, pre_steering: bool) -> AbstractContextManager[Any]:
-        """Decoder layer `layer`'s output rows of the generations run inside the block (an
-        object whose `rows()` gives them, [positions, width]); before this layer's steering
-        delta with `pre_steering`, else after it (enter it inside `steered()`). Only engines
-        with the `sae_activations` capability implement it."""
-        ...
-
-    def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:
-        """The token positions [start, end) of the last user message's content in
-        `render_chat(prompt)` (a probe's `last_user` window); None when it has no text.
-        Engines with the `monitoring` capability implement it."""
-        ...
-
-    def monitoring(self, monitor: Monitor) -> AbstractContextManager[None]:
-        """The generations run inside the block feed `monitor` from its layers, before each
-        layer's steering delta, and reuse no kept prefix. Only engines with the `monitoring`
-        capability implement it."""
         ...
 
     def close(self) -> None: ...

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from ..engines.base import Capability, Decision, Engine
+from ..engines.capabilities import Decider
 from ..errors import ApiError
 from ..models.manager import ModelManager
 from ..serving.scheduler import Scheduler
@@ -78,7 +79,7 @@ class DecisionService:
         self._executor = executor
         self.enabled = enabled
 
-    def _engine(self) -> Engine:
+    def _engine(self) -> Decider:
         resident = self._manager.resident
         if resident is None:
             raise ApiError("no_model", "No model is loaded to decide with.", None)
@@ -89,7 +90,7 @@ class DecisionService:
                 None,
             )
         entry, engine = resident.entry, resident.engine
-        if Capability.DECIDE not in engine.capabilities:
+        if Capability.DECIDE not in engine.capabilities or not isinstance(engine, Decider):
             raise _refuse(
                 f"The loaded model `{entry.model_id}` runs on {entry.engine}, which does not "
                 "decide yet; load a transformers model.",
@@ -102,7 +103,7 @@ class DecisionService:
             raise _refuse("choices is empty: there is nothing to decide between.", "choices")
         firsts: list[int] = []
         for i, choice in enumerate(choices):
-            ids = await self._manager.tokenize(
+            ids = await self._manager.with_tokenizer(
                 partial(engine.tokenize, choice, add_special_tokens=False)
             )
             if not ids:
@@ -122,7 +123,7 @@ class DecisionService:
     ) -> dict[str, Any]:
         engine = self._engine()
         firsts = await self._first_ids(engine, choices)
-        ids, prefix_length = await self._manager.tokenize(
+        ids, prefix_length = await self._manager.with_tokenizer(
             partial(engine.render_split, prefix, suffix)
         )
         limit = engine.facts.context_length

@@ -290,8 +290,9 @@ class ModelManager:
         self.loaded_options = options
         return engine
 
-    async def tokenize(self, fn: Callable[[], T], *, inline: bool = False) -> T:
-        """Run a tokenizer call off the event loop, one at a time. A call the caller knows to
+    async def with_tokenizer(self, fn: Callable[[], T], *, inline: bool = False) -> T:
+        """Run `fn`, which uses the engine's tokenizer or vocabulary (tokenizing, rendering,
+        compiling a grammar), off the event loop, one at a time. A call the caller knows to
         be short (`inline`: a few KB of text, well under a millisecond) runs on the loop
         when no other holds the tokenizer: a hop to a thread and back costs more than it."""
         if inline and self._tokenizer_lock.acquire(blocking=False):

@@ -1,6 +1,6 @@
 """The armed probes of one request, made concrete against the model that serves it.
 
-`Watch.resolve` turns each probe's detector into the engine's `Detector`
+`Watch.fit` turns each probe's detector into the engine's `Detector`
 (engines/monitor.py), or the reason it cannot run there (`skipped`). Each
 choice gets a fresh `Monitor`; once it ends, `results` reads every window of
 every probe off it and shapes the `mi.probe.result/v1` objects (v1.yaml
@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
+from ..engines.base import Capability, Engine
 from ..engines.monitor import Detector, Monitor
+from ..steering.live import LiveSteering
 from ..steering.sae import SAE
 from .definition import Probe
 
@@ -52,7 +54,7 @@ class Served:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Shape:
-    """The model a watch is resolved against: its id, width, depth, and what it can do."""
+    """The model a watch is fitted to: its id, width, depth, and what it can do."""
 
     model: str
     engine: str
@@ -60,6 +62,22 @@ class Shape:
     n_layers: int
     monitoring: bool
     attachments: Sequence[tuple[str, int, SAE]] = ()  # (sae_id, layer, SAE)
+
+
+def shape(engine: Engine, model: str, live: LiveSteering) -> Shape:
+    """The model a request's probes are fitted to: its width, depth, whether its engine
+    monitors, and the SAEs attached to it (for SAE-feature detectors)."""
+    facts = engine.facts
+    steering = Capability.STEERING in engine.capabilities
+    attached = live.attachments(model) if steering else []
+    return Shape(
+        model=model,
+        engine=facts.engine,
+        d_model=facts.d_model,
+        n_layers=facts.n_layers,
+        monitoring=Capability.MONITORING in engine.capabilities,
+        attachments=[(a.sae.sae_id, a.layer, a.sae) for a in attached],
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +125,7 @@ def _sae(probe: Probe, shape: Shape) -> SAE | None:
     return None
 
 
-def _plan(probe: Probe, shape: Shape) -> Detector | str:
+def _detector_of(probe: Probe, shape: Shape) -> Detector | str:
     """The engine detector of `probe` on this model, or why it is skipped."""
     det = probe.detector
     if probe.model is not None and probe.model != shape.model:
@@ -143,28 +161,28 @@ class Watch:
     def __init__(self, probes: Sequence[Probe], trace_id: str) -> None:
         self.probes = tuple(probes)
         self.trace_id = trace_id
-        self._plans: list[Detector | str] = []
+        self._fitted: list[Detector | str] = []
 
-    def resolve(self, shape: Shape) -> None:
+    def fit(self, shape: Shape) -> None:
         """Fix each probe's detector against the model (again after a reload)."""
-        self._plans = [_plan(p, shape) for p in self.probes]
+        self._fitted = [_detector_of(p, shape) for p in self.probes]
 
     @property
     def reads(self) -> bool:
         """Whether some probe runs on this model (else no monitor is needed)."""
-        return any(isinstance(plan, Detector) for plan in self._plans)
+        return any(isinstance(fitted, Detector) for fitted in self._fitted)
 
     @property
     def needs_user(self) -> bool:
         """Whether some running probe reads `last_user`."""
         return any(
-            isinstance(plan, Detector) and "last_user" in p.windows
-            for p, plan in zip(self.probes, self._plans, strict=True)
+            isinstance(fitted, Detector) and "last_user" in p.windows
+            for p, fitted in zip(self.probes, self._fitted, strict=True)
         )
 
     def monitor(self) -> Monitor | None:
         """A fresh monitor for one choice (None when no probe runs here)."""
-        detectors = [plan for plan in self._plans if isinstance(plan, Detector)]
+        detectors = [fitted for fitted in self._fitted if isinstance(fitted, Detector)]
         return Monitor(detectors) if detectors else None
 
     def results(
@@ -182,16 +200,16 @@ class Watch:
         out = []
         running = 0  # the monitor's detectors are the running plans, in order
         now = int(time.time())
-        for p, plan in zip(self.probes, self._plans, strict=True):
+        for p, fitted in zip(self.probes, self._fitted, strict=True):
             values: list[float] | None = None
-            if isinstance(plan, Detector) and monitor is not None:
+            if isinstance(fitted, Detector) and monitor is not None:
                 values = monitor.values(running)
                 running += 1
             for window in p.windows:
                 result = self._result(p, window, index, served, request_id, now)
                 if values is None:
-                    assert isinstance(plan, str)
-                    result.update(outcome="skipped", reason=plan)
+                    assert isinstance(fitted, str)
+                    result.update(outcome="skipped", reason=fitted)
                 else:
                     span = windows.span(window)
                     picked = [] if span is None else values[span[0] : span[1]]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..engines.base import EmbeddingsDisabled, Engine, EngineId
+from ..engines.capabilities import Embedder
 from ..errors import ApiError, InvalidParameter
 from ..generated import v1
 from ..models.manager import ModelManager
@@ -111,6 +112,8 @@ class EmbeddingService:
         switch_timeout = self._settings.graceful_unload_timeout
         async with holding(self._manager, self._scheduler, entry, switch_timeout) as slot:
             engine = slot.engine
+            if not isinstance(engine, Embedder):  # the field matrix refused it already
+                raise InvalidParameter("model", f"`{entry.model_id}` does not embed.")
             vocab = engine.facts.vocab_size
             ids = [
                 await self._ids(engine, value, vocab, single=single, i=i)
@@ -142,6 +145,6 @@ class EmbeddingService:
         each is within the vocabulary."""
         if isinstance(value, str):
             tokenize = partial(engine.tokenize, value, add_special_tokens=True)
-            return await self._manager.tokenize(tokenize)
+            return await self._manager.with_tokenizer(tokenize)
         check_ids(value, "input" if single else f"input[{i}]", vocab_size)
         return list(value)

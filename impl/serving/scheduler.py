@@ -13,16 +13,18 @@ the slot back when its work has really stopped.
 Holding it is one `async with`: `scheduler.hold()` for work on whatever is
 resident (a decision, a load, an unload), `holding(manager, scheduler, entry,
 ...)` for work that needs one model resident (a completion, scoring,
-embeddings), which switches models first when needed.
+embeddings), which switches models first when needed. A stream, whose body
+runs after its handler returned, holds a `Lease` instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 from ..engines.base import Engine
@@ -237,3 +239,41 @@ async def holding(
         yield slot
     finally:
         scheduler.leave(slot.ticket)
+
+
+class Lease:
+    """A stream's place in line or hold on the slot, taken before its 200 and given back
+    once, however the stream ends: by the stream itself (`release`, idempotent), at once
+    when what follows the taking fails (`released_on_error`), or when the stream is
+    collected with its body never started, the client gone first (`bind`)."""
+
+    def __init__(self, scheduler: Scheduler, ticket: Ticket) -> None:
+        self._scheduler = scheduler
+        self._ticket = ticket
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the slot up to `timeout` seconds, keeping the place in line."""
+        return await self._scheduler.wait(self._ticket, timeout)
+
+    async def slot(self, manager: ModelManager, entry: ModelEntry, switch_timeout: float) -> Slot:
+        """The slot, once granted, with `entry` resident (a row whose model went while it
+        waited claims the slot alone: the lease then holds that ticket)."""
+        slot = await granted(manager, self._scheduler, self._ticket, entry, switch_timeout)
+        self._ticket = slot.ticket
+        return slot
+
+    def release(self) -> None:
+        self._scheduler.leave(self._ticket)
+
+    @contextmanager
+    def released_on_error(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self.release()
+            raise
+
+    def bind(self, stream: object) -> None:
+        """Release once `stream` is collected (from the loop's thread, wherever that runs)."""
+        loop = asyncio.get_running_loop()
+        weakref.finalize(stream, loop.call_soon_threadsafe, self.release)

@@ -25,5 +25,5 @@ async def pieces(manager: ModelManager, ids: Sequence[int]) -> dict[str, Any]:
             f"Token {ids[outside]} is outside the vocabulary of {size} tokens.",
             f"tokens[{outside}]",
         )
-    decoded = await manager.tokenize(lambda: [engine.token_text(token) for token in ids])
+    decoded = await manager.with_tokenizer(lambda: [engine.token_text(token) for token in ids])
     return {"model": resident.entry.model_id, "pieces": decoded}

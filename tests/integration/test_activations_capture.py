@@ -10,7 +10,8 @@ import torch
 
 from miserver.engines.base import ChatPrompt, SamplingParams, Token
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from miserver.serving.completions.activations import ActivationsAsk, Reading, read
+from miserver.serving.completions.activations import ActivationsAsk
+from miserver.serving.completions.reading import Reading, read
 from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource

@@ -239,7 +239,7 @@ def test_paths_outside_the_api_need_no_key(keyed: Running) -> None:
     with keyed.client() as client:
         for path, media in (
             ("/", "text/html"),
-            ("/ui/app.js", "text/javascript"),
+            ("/ui/main.js", "text/javascript"),
             ("/ui/app.css", "text/css"),
         ):
             page = client.get(path)

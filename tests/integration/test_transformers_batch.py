@@ -4,12 +4,19 @@ sampled and steered its own way (issue 17)."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Sequence
-from contextlib import nullcontext
 
 import pytest
 import torch
 
-from miserver.engines.base import ChatPrompt, LoadOptions, SamplingParams, ScoreQuery, Token
+from miserver.engines.base import (
+    ChatPrompt,
+    Hooks,
+    Joiner,
+    LoadOptions,
+    SamplingParams,
+    ScoreQuery,
+    Token,
+)
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from miserver.engines.transformers.engine import RowsBatch
 from miserver.steering.applied import applied_sae, snapshot
@@ -57,10 +64,8 @@ def alone(
     engine: TransformersEngine, ids: list[int], source: FixedSource | None = None
 ) -> list[int]:
     """The greedy tokens of `ids` on the serial path, under `source`'s steering."""
-    steering = nullcontext() if source is None else engine.steered(source)
-    with steering:
-        made = engine.generate(ids, GREEDY, None)
-        return [t.token_id for t in made if isinstance(t, Token)]
+    made = engine.generate(ids, GREEDY, None, Hooks(steering=source))
+    return [t.token_id for t in made if isinstance(t, Token)]
 
 
 def batched(
@@ -79,7 +84,7 @@ def batched(
     while len(rows) < len(prompts) or any(r.open for r in rows):
         if len(rows) < len(prompts) and steps >= stagger * len(rows):
             i = len(rows)
-            rows.append(batch.join(prompts[i], GREEDY, None, sources[i]))
+            rows.append(batch.join(Joiner(prompts[i], GREEDY, None, Hooks(steering=sources[i]))))
             made.append([rows[-1].last.token_id])
         for i, row in enumerate(rows):
             if row.open and (row.last.eos or len(made[i]) >= row.budget):
@@ -144,16 +149,16 @@ def test_a_row_that_leaves_frees_its_place_and_keeps_its_prefix(
     """OAI-CBM-02, LOC-CHAT-43 per row: a full batch refuses a fifth row; once one leaves, a
     prompt that shares its ids reuses them and still gives its text alone."""
     ids = prompt(engine, TOPICS[2])
-    rows = [batch.join(ids, GREEDY, None) for _ in range(ROWS)]
+    rows = [batch.join(Joiner(ids, GREEDY, None)) for _ in range(ROWS)]
     with pytest.raises(RuntimeError, match="every row"):
-        batch.join(ids, GREEDY, None)
+        batch.join(Joiner(ids, GREEDY, None))
     batch.step(rows)
     batch.leave(rows[1])
     batch.step([rows[0], rows[2], rows[3]])
     for row in rows:
         batch.leave(row)
     assert batched(batch, [ids], [None]) == [alone(engine, ids)]
-    again = batch.join(ids, GREEDY, None)
+    again = batch.join(Joiner(ids, GREEDY, None))
     assert again.cached == len(ids) - 1
     batch.leave(again)
 
@@ -187,8 +192,8 @@ def test_a_failed_step_closes_every_row_and_the_batch_starts_empty(
     """A pass that raised leaves some layers stepped and others not: every row is closed, and
     the next rows decode from an empty batch as they would alone."""
     ids = prompt(engine, TOPICS[0])
-    plain = batch.join(ids, GREEDY, None)
-    failing = batch.join(ids, GREEDY, None, _Failing(3))
+    plain = batch.join(Joiner(ids, GREEDY, None))
+    failing = batch.join(Joiner(ids, GREEDY, None, Hooks(steering=_Failing(3))))
     batch.step([plain, failing])
     with pytest.raises(RuntimeError, match="gone"):
         batch.step([plain, failing])

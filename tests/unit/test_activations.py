@@ -11,14 +11,13 @@ import torch
 from miserver.errors import InvalidParameter
 from miserver.serving.completions.activations import (
     ActivationsAsk,
-    Reading,
     check_ask,
     check_entries,
     check_sae,
     choose_sae,
-    read,
     read_positions,
 )
+from miserver.serving.completions.reading import Reading, read
 from miserver.steering.sae import SAE
 
 WIDTH, FEATURES = 4, 6

@@ -16,10 +16,10 @@ from typing import Any
 from miserver.engines.base import SamplingParams, Token
 from miserver.serving.completions.generation import (
     ChoiceEnd,
+    ChoiceEvent,
     ChoiceFailed,
     ChoiceJob,
     ChoiceText,
-    Event,
     Inbox,
     TextDelta,
 )
@@ -42,7 +42,7 @@ def test_a_reader_dropped_unstarted_cancels_its_choice() -> None:
 def test_a_reader_read_to_the_end_sets_cancel_once_done() -> None:
     """The end event ends the reader; the choice's cancel flag is set as it closes."""
 
-    async def main() -> tuple[list[Event], bool]:
+    async def main() -> tuple[list[ChoiceEvent], bool]:
         inbox = Inbox()
         inbox.put(TextDelta("a"))
         inbox.put(ChoiceEnd("stop", 1))
@@ -60,8 +60,8 @@ class _Engine:
         return "".join(chr(ord("a") + i) for i in ids)
 
 
-def _push_all(whole: bool) -> list[Event]:
-    events: list[Event] = []
+def _push_all(whole: bool) -> list[ChoiceEvent]:
+    events: list[ChoiceEvent] = []
     job = ChoiceJob(
         prompt_ids=[0], params=SamplingParams(max_tokens=3), stop_strings=(), rng=None, whole=whole
     )
@@ -101,11 +101,11 @@ def test_pieces_within_the_pace_wait_and_go_out_joined() -> None:
     it wakes the reader, which reads both as one piece; an end wakes it at once, after the
     pieces that waited."""
 
-    async def main() -> list[list[Event]]:
+    async def main() -> list[list[ChoiceEvent]]:
         clock = _Clock()
         inbox = Inbox(pace=0.05, clock=clock)
-        got: list[Event] = []
-        seen: list[list[Event]] = []
+        got: list[ChoiceEvent] = []
+        seen: list[list[ChoiceEvent]] = []
 
         async def read() -> None:
             async for event in inbox.read():
@@ -143,9 +143,9 @@ def test_pieces_within_the_pace_wait_and_go_out_joined() -> None:
 def test_no_pace_wakes_the_reader_for_every_piece() -> None:
     """`--stream-interval 0`: each piece goes out alone, as it is made (OAI-STREAM-03)."""
 
-    async def main() -> list[Event]:
+    async def main() -> list[ChoiceEvent]:
         inbox = Inbox(pace=0.0, clock=_Clock())
-        got: list[Event] = []
+        got: list[ChoiceEvent] = []
 
         async def read() -> None:
             async for event in inbox.read():
@@ -168,7 +168,7 @@ def test_a_failure_wakes_the_reader_and_the_waiting_pieces_go_first() -> None:
     """OAI-STREAM-06: a failure mid-stream reaches the reader at once, after the text that
     waited, so the client has every piece made before the error event."""
 
-    async def main() -> list[Event]:
+    async def main() -> list[ChoiceEvent]:
         clock = _Clock()
         inbox = Inbox(pace=10.0, clock=clock)
         failure = ChoiceFailed(RuntimeError("boom"))
@@ -201,7 +201,7 @@ def test_a_whole_choice_without_stops_detokenizes_at_its_end() -> None:
     plain = ChoiceJob(
         prompt_ids=[0], params=SamplingParams(max_tokens=4), stop_strings=(), rng=None, whole=True
     )
-    events: list[Event] = []
+    events: list[ChoiceEvent] = []
     text = ChoiceText(engine, plain, threading.Event(), events.append)  # type: ignore[arg-type]
     for token_id in (0, 1, 2):
         assert text.push(Token(token_id=token_id, eos=False), 0.0) is None
@@ -229,7 +229,7 @@ def test_a_whole_choice_cancelled_sends_the_text_it_made() -> None:
     job = ChoiceJob(
         prompt_ids=[0], params=SamplingParams(max_tokens=4), stop_strings=(), rng=None, whole=True
     )
-    events: list[Event] = []
+    events: list[ChoiceEvent] = []
     text = ChoiceText(_Engine(), job, cancel, events.append)  # type: ignore[arg-type]
     assert text.push(Token(token_id=0, eos=False), 0.0) is None
     cancel.set()

@@ -110,7 +110,7 @@ def test_digests_pin_the_detector_and_the_decision() -> None:
 def _watch(raw: dict[str, Any], values: list[float]) -> tuple[Watch, Monitor]:
     made = probe(raw, "p")
     watch = Watch([made], "ab" * 16)
-    watch.resolve(Shape(model="m", engine="transformers", d_model=2, n_layers=4, monitoring=True))
+    watch.fit(Shape(model="m", engine="transformers", d_model=2, n_layers=4, monitoring=True))
     monitor = watch.monitor()
     assert monitor is not None
     if values:
@@ -221,7 +221,7 @@ def test_skip_reasons() -> None:
     ]
     for raw, where, reason in cases:
         watch = Watch([probe(raw, "p")], "cd" * 16)
-        watch.resolve(where)
+        watch.fit(where)
         assert watch.monitor() is None
         results = watch.results(
             None, Windows(prompt=2, fed=1, user=(0, 1)), index=0, served=SERVED, request_id="x"

@@ -26,14 +26,14 @@ from typing import Any
 from miserver.engines.base import ChatPrompt, SamplingParams
 from miserver.engines.llamacpp import load_llamacpp_engine
 from miserver.models.registry import embedded_default
-from miserver.serving.completions.generation import ChoiceJob, Event, run_choice
+from miserver.serving.completions.generation import ChoiceEvent, ChoiceJob, run_choice
 
 MODEL_ID = "SmolLM2-135M-Instruct:Q4_1"
 MESSAGES = [{"role": "user", "content": "Write a long essay about the history of Rome."}]
 
 
-def choice(engine: Any, ids: list[int], tokens: int) -> list[Event]:
-    events: list[Event] = []
+def choice(engine: Any, ids: list[int], tokens: int) -> list[ChoiceEvent]:
+    events: list[ChoiceEvent] = []
     params = SamplingParams(temperature=0, max_tokens=tokens)
     job = ChoiceJob(prompt_ids=ids, params=params, stop_strings=(), rng=None)
     run_choice(engine, job, threading.Event(), events.append)

@@ -4,33 +4,31 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Generator, Sequence
 from functools import partial
 from typing import Any
 
 import llama_cpp
 
 from ..base import (
+    NO_HOOKS,
     BatchRow,
     Capability,
     ChatPrompt,
     Constraint,
     Decision,
     EmbeddingsDisabled,
+    Hooks,
     Joiner,
     ModelFacts,
     Prefilled,
     Rng,
     SamplingParams,
-    Scored,
-    ScoreQuery,
-    SteeringSource,
     Token,
 )
+from ..capabilities import capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..grammar import Grammars
-from ..monitor import Monitor
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding, grammar
 from .batch import Joining, Row, Rows
@@ -41,21 +39,11 @@ from .sampling import Seeds, new_rng
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset(
-    {
-        Capability.GENERATE,
-        Capability.CHAT,
-        Capability.DECIDE,
-        Capability.EMBEDDINGS,
-        Capability.SEED,
-        Capability.STRUCTURED_OUTPUT,
-        Capability.TOOLS,
-    }
-)
-
 
 class LlamaCppEngine:
-    """A GGUF model in one llama.cpp context, whose KV cache is kept across requests."""
+    """A GGUF model in one llama.cpp context, whose KV cache is kept across requests: a
+    `Decider`, `Embedder` and `Constrainer` (engines/capabilities.py). It runs no hooks:
+    nothing steers it, reads its layers or scores on it."""
 
     def __init__(
         self,
@@ -137,10 +125,6 @@ class LlamaCppEngine:
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         return chat.render_chat(self._template, self._tokenize_rendered, prompt)
 
-    def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:
-        """Probes read nothing on this engine, so they need no window."""
-        raise NotImplementedError("the llama.cpp engine reads no residual stream for probes")
-
     def _tokenize_rendered(self, text: str, add_special_tokens: bool) -> list[int]:
         return self.tokenize(text, add_special_tokens=add_special_tokens)
 
@@ -148,19 +132,20 @@ class LlamaCppEngine:
         return new_rng(seed)
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: Rng | None,
+        hooks: Hooks = NO_HOOKS,
     ) -> Generator[Prefilled | Token, None, None]:
         """A seeded `rng` (from `new_rng`) gives each choice the next seed and a full prefill;
-        a constraint masks every step with a fresh grammar state."""
+        a constraint masks every step with a fresh grammar state. Hooks are refused."""
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
+        _refuse(hooks)
         guide = None if params.constraint is None else self.grammars.guide(params.constraint)
         seed = None if rng is None else rng.next()
         return decode(self.context, prompt_ids, params, seed=seed, guide=guide)
-
-    def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
-        """llama.cpp exposes no per-token distribution here: scoring is refused before load."""
-        raise NotImplementedError("the llama.cpp engine does not score (OAI-SCORE-21)")
 
     @property
     def grammars(self) -> Grammars:
@@ -214,25 +199,6 @@ class LlamaCppEngine:
         )
         return decision
 
-    @contextmanager
-    def steered(self, source: SteeringSource) -> Iterator[None]:
-        """llama.cpp runs no steering hooks: a source with layers is refused."""
-        if source.layers():
-            raise ValueError("the llama.cpp engine cannot steer (no SAE attaches to a GGUF model)")
-        yield
-
-    @contextmanager
-    def capturing(self, layer: int, *, pre_steering: bool) -> Iterator[Any]:
-        """llama.cpp exposes no layer's output here: activations are refused before load."""
-        raise NotImplementedError("the llama.cpp engine reads no activations (OAI-ACT-24)")
-        yield
-
-    @contextmanager
-    def monitoring(self, monitor: Monitor) -> Iterator[None]:
-        """llama.cpp exposes no layer's output here: probes report `engine_unsupported`."""
-        raise NotImplementedError("the llama.cpp engine reads no residual stream for probes")
-        yield
-
     def close(self) -> None:
         """Free the model and its context; a later call that needs them fails."""
         if self._context is None:
@@ -254,16 +220,11 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         super().__init__(rows, Row)
         self._engine = engine
 
-    def join(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        rng: Rng | None,
-        steering: SteeringSource | None = None,
-        monitor: Monitor | None = None,
-    ) -> Row:
-        joining = self._joining(Joiner(prompt_ids, params, rng, steering, monitor))
-        return self._rows.join(prompt_ids, params, seed=joining.seed, guide=joining.guide)
+    def join(self, joiner: Joiner) -> Row:
+        joining = self._joining(joiner)
+        return self._rows.join(
+            joining.prompt_ids, joining.params, seed=joining.seed, guide=joining.guide
+        )
 
     def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
         """Each joiner checked as `join` checks it (a refusal is that joiner's alone), then
@@ -286,11 +247,8 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
 
     def _joining(self, joiner: Joiner) -> Joining:
         """What `Rows` takes for a joiner: its grammar and seed made as the serial path makes
-        them; refused if it asks for steering or probes, or holds an id out of the vocabulary."""
-        if joiner.steering is not None and joiner.steering.layers():
-            raise ValueError("the GGUF engine cannot steer")
-        if joiner.monitor is not None:
-            raise ValueError("the GGUF engine reads no residual stream for probes")
+        them; refused if it has hooks, or holds an id out of the vocabulary."""
+        _refuse(joiner.hooks)
         rng = joiner.rng
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
@@ -299,3 +257,17 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         guide = None if constraint is None else self._engine.grammars.guide(constraint)
         seed = None if rng is None else rng.next()
         return Joining(joiner.prompt_ids, joiner.params, seed, guide)
+
+
+CAPABILITIES = capabilities_of(LlamaCppEngine)  # every protocol it implements
+
+
+def _refuse(hooks: Hooks) -> None:
+    """llama.cpp runs no hooks: a steering source with layers, a monitor or a capture is
+    refused (the serving layer never sends one: the field matrix refuses them first)."""
+    if hooks.steering is not None and hooks.steering.layers():
+        raise ValueError("the llama.cpp engine cannot steer (no SAE attaches to a GGUF model)")
+    if hooks.monitor is not None:
+        raise ValueError("the llama.cpp engine reads no residual stream for probes")
+    if hooks.capture is not None:
+        raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Generator, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import Any, cast
 
@@ -13,11 +13,14 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..base import (
+    NO_HOOKS,
     BatchRow,
     Capability,
+    Capture,
     ChatPrompt,
     Constraint,
     Decision,
+    Hooks,
     Joiner,
     ModelFacts,
     Prefilled,
@@ -28,6 +31,7 @@ from ..base import (
     SteeringSource,
     Token,
 )
+from ..capabilities import capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..monitor import Monitor
 from ..rows import RowsBatchBase
@@ -44,29 +48,12 @@ from .steering import steered
 
 logger = logging.getLogger(__name__)
 
-CAPABILITIES = frozenset(
-    {
-        Capability.GENERATE,
-        Capability.CHAT,
-        Capability.SEED,
-        Capability.STEERING,
-        Capability.SCORING,
-        Capability.SCORING_FLOAT32,
-        Capability.DECIDE,
-        Capability.BATCHED_CHAT,
-        Capability.EMBEDDINGS,
-        Capability.STRUCTURED_OUTPUT,
-        Capability.TOOLS,
-        Capability.SAE_ACTIVATIONS,
-        Capability.MONITORING,
-    }
-)
-# An encoder (BERT-style) only embeds.
-ENCODER_CAPABILITIES = frozenset({Capability.EMBEDDINGS})
-
 
 class TransformersEngine:
-    """A loaded causal LM and its tokenizer, on torch (CPU), with one kept KV cache."""
+    """A loaded causal LM and its tokenizer, on torch (CPU), with one kept KV cache: every
+    optional protocol of engines/capabilities.py."""
+
+    scoring_precisions = frozenset({"native", "float32"})
 
     def __init__(
         self,
@@ -76,7 +63,7 @@ class TransformersEngine:
         eos_ids: frozenset[int],
         *,
         float32: Float32Settings | None = None,
-        capabilities: frozenset[Capability] = CAPABILITIES,
+        capabilities: frozenset[Capability] | None = None,
         parallel: int = 1,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
@@ -89,7 +76,8 @@ class TransformersEngine:
         self._steering_key: Hashable = ()
         self._capturing = 0  # captures open (capturing()): no prefix reuse meanwhile
         self._float32 = Float32Copies(float32 or Float32Settings())
-        self._capabilities = capabilities
+        # An encoder is loaded with fewer (it only embeds) than the class implements.
+        self._capabilities = CAPABILITIES if capabilities is None else capabilities
         width = int(getattr(model.config, "vocab_size", 0) or 0)
         self._grammars = Grammars(tokenizer, self._settings.eos_ids, width)
         self._batch: RowsBatch | None = None
@@ -149,28 +137,67 @@ class TransformersEngine:
         return new_rng(seed)
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, rng: Rng | None
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: Rng | None,
+        hooks: Hooks = NO_HOOKS,
     ) -> Generator[Prefilled | Token, None, None]:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
         guide = None if params.constraint is None else self._grammars.guide(params.constraint)
-        return decode(
-            self.model,
-            self._settings,
-            self._prefix,
-            prompt_ids,
-            params=params,
-            rng=rng,
-            key=self._steering_key,
-            guide=guide,
-            reuse=self._capturing == 0,
-        )
+        return self._hooked(hooks, prompt_ids, params, rng, guide)
+
+    def _hooked(
+        self,
+        hooks: Hooks,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        rng: torch.Generator | None,
+        guide: Any,
+    ) -> Generator[Prefilled | Token, None, None]:
+        """The generation with its hooks entered as it starts and left before it ends."""
+        with self._entered(hooks):
+            yield from decode(
+                self.model,
+                self._settings,
+                self._prefix,
+                prompt_ids,
+                params=params,
+                rng=rng,
+                key=self._steering_key,
+                guide=guide,
+                reuse=self._capturing == 0,
+            )
+
+    @contextmanager
+    def _entered(self, hooks: Hooks) -> Iterator[None]:
+        """`hooks` for a block: the steering first, so a post-steering capture reads after
+        its delta; a capture's rows recorded as the block ends."""
+        with ExitStack() as stack:
+            if hooks.steering is not None:
+                stack.enter_context(self.steered(hooks.steering))
+            if hooks.monitor is not None:
+                stack.enter_context(self.monitoring(hooks.monitor))
+            capture = hooks.capture
+            if capture is not None:
+                read = self.capturing(capture.layer, pre_steering=capture.pre_steering)
+                residuals = stack.enter_context(read)
+                stack.callback(lambda: capture.record(residuals.rows()))
+            yield
 
     def compile_constraint(self, constraint: Constraint) -> None:
         self._grammars.compile(constraint)
 
-    def score(self, prompt_ids: Sequence[int], query: ScoreQuery) -> Scored:
+    def score(
+        self, prompt_ids: Sequence[int], query: ScoreQuery, capture: Capture | None = None
+    ) -> Scored:
         """One forward pass, no kept cache, no steering hook (OAI-SCORE-11)."""
+        if capture is not None:
+            with self.capturing(capture.layer, pre_steering=capture.pre_steering) as residuals:
+                result = self.score(prompt_ids, query)
+            capture.record(residuals.rows())
+            return result
         keeps = self._settings.keeps_last_logits
         if query.precision != "float32":
             return scored(next_token_logits(self.model, prompt_ids, keeps), query)
@@ -269,6 +296,11 @@ class TransformersEngine:
         logger.info("closed transformers engine for %s", self._facts.model_id)
 
 
+CAPABILITIES = capabilities_of(TransformersEngine)  # every protocol it implements
+# An encoder (BERT-style) only embeds.
+ENCODER_CAPABILITIES = frozenset({Capability.EMBEDDINGS})
+
+
 class RowsBatch(RowsBatchBase[Rows, Row]):
     """The engine's `Batch`: `Rows`, with a request's constraint made as the serial path
     makes it."""
@@ -277,29 +309,31 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         super().__init__(rows, Row)
         self._grammars = grammars
 
-    def join(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        rng: Rng | None,
-        steering: SteeringSource | None = None,
-        monitor: Monitor | None = None,
-    ) -> Row:
+    def join(self, joiner: Joiner) -> Row:
+        """A row's prefill and steps run its steering and feed its monitor; a capture is
+        refused: a reading runs on the serial path (OAI-ACT-25, docs/DECISIONS.md)."""
+        rng, hooks, constraint = joiner.rng, joiner.hooks, joiner.params.constraint
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
-        constraint = params.constraint
+        if hooks.capture is not None:
+            raise ValueError("a row captures no layer: readings run on the serial path")
         guide = None if constraint is None else self._grammars.guide(constraint)
         return self._rows.join(
-            prompt_ids, params, rng=rng, guide=guide, steering=steering, monitor=monitor
+            joiner.prompt_ids,
+            joiner.params,
+            rng=rng,
+            guide=guide,
+            steering=hooks.steering,
+            monitor=hooks.monitor,
         )
 
     def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
         """Each joins alone, in turn: a row prefills as a batch of one, under its own
         steering (batch.py); a refusal or failure is that joiner's alone."""
         joined: list[BatchRow | Exception] = []
-        for j in joiners:
+        for joiner in joiners:
             try:
-                joined.append(self.join(j.prompt_ids, j.params, j.rng, j.steering, j.monitor))
+                joined.append(self.join(joiner))
             except Exception as exc:  # this prompt's fault or the engine's: this row only
                 joined.append(exc)
         return joined

@@ -1,13 +1,8 @@
 """Per-request SAE activations (`return_sae_activations`, OAI-ACT): what a request
-asks, its refusals, and the `millm.sae_activations` object it gets.
+asks and its refusals; reading.py resolves it and reads the rows.
 
 Positions are absolute over the prompt's tokens, then the generated ones
-(OAI-ACT-04). The layer's rows come from the engine's capture, one per
-position fed to the model: every prompt token and every generated token but
-the last, which is never fed back (OAI-ACT-05). `read` encodes the rows of
-the positions asked for with the SAE in one batched matmul, keeps the
-candidate features (`features`, else all), and lists the `top_k` largest
-per position, largest first, index breaking ties (OAI-ACT-06..08, 12).
+(OAI-ACT-04).
 """
 
 from __future__ import annotations
@@ -16,11 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ...errors import InvalidParameter
 from ...steering.sae import SAE
-from .generation import Capture
 
 FIELD = "return_sae_activations"
 POSITION_NAMES = ("last", "prompt", "completion", "all")
@@ -174,84 +166,3 @@ def read_positions(positions: str | tuple[int, int], prompt_tokens: int, fed: in
     if positions == "completion":
         return range(min(prompt_tokens, fed), fed)
     return range(0, fed)
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """An ask resolved against the model's attachments: the SAE, the layer it is attached
-    at (where the rows are captured) and the ask."""
-
-    ask: ActivationsAsk
-    sae: SAE
-    sae_id: str
-    layer: int
-
-    @property
-    def capture(self) -> Capture:
-        """What the choice's generation reads: this layer, before or after its delta."""
-        return Capture(self.layer, self.ask.pre_steering)
-
-
-def resolve(
-    ask: ActivationsAsk, attachments: Sequence[tuple[str, int, SAE]], *, max_top_k: int
-) -> Reading:
-    """The reading of `ask` among `attachments` ((sae_id, layer, SAE) each), or its refusal:
-    every check that needs no prompt (OAI-ACT-19..22)."""
-    check_ask(ask, max_top_k=max_top_k)
-    sae_id = choose_sae(ask, sorted({name for name, _, _ in attachments}))
-    found = [(layer, sae) for name, layer, sae in attachments if name == sae_id]
-    if len(found) > 1:
-        layers = ", ".join(str(layer) for layer, _ in found)
-        raise InvalidParameter(
-            f"{FIELD}.sae_id",
-            f"SAE `{sae_id}` is attached at several layers ({layers}) of this model; "
-            "detach all but the one to read.",
-        )
-    layer, sae = found[0]
-    check_sae(ask, sae)
-    return Reading(ask, sae, sae_id, layer)
-
-
-def read(
-    reading: Reading,
-    rows: torch.Tensor,
-    token_ids: Sequence[int],
-    prompt_tokens: int,
-    *,
-    read_point: str | None = None,
-) -> dict[str, Any]:
-    """`millm.sae_activations` (OAI-ACT-12): `rows[p]` is the layer's output at position p
-    (`token_ids[p]` fed there), one row per position fed. `read_point` overrides the
-    ask's in the body (scoring reports `unsteered`, OAI-ACT-11)."""
-    ask, sae = reading.ask, reading.sae
-    fed = min(rows.shape[0], len(token_ids))
-    wanted = read_positions(ask.positions, prompt_tokens, fed)
-    listed: list[dict[str, Any]] = []
-    if len(wanted):
-        with torch.inference_mode():
-            acts = sae.encode(rows[wanted.start : wanted.stop]).float()  # one matmul
-            candidates = None
-            if ask.features is not None:
-                candidates = torch.tensor(sorted(set(ask.features)), dtype=torch.long)
-                acts = acts[:, candidates]
-            k = min(ask.top_k, acts.shape[1])
-            # stable descending sort: equal values keep the lower index first
-            order = torch.sort(acts, dim=1, descending=True, stable=True).indices[:, :k]
-            values = torch.gather(acts, 1, order)
-            indices = order if candidates is None else candidates[order]
-        for row, position in enumerate(wanted):
-            features = [
-                {"index": int(index), "value": float(value)}
-                for index, value in zip(indices[row].tolist(), values[row].tolist(), strict=True)
-            ]
-            listed.append(
-                {"position": position, "token_id": int(token_ids[position]), "features": features}
-            )
-    point = read_point or ask.read_point
-    return {
-        "sae_id": reading.sae_id,
-        "layer": reading.layer,
-        "read_point": point,
-        "positions": listed,
-        "note": NOTES[point],
-    }

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -28,14 +29,16 @@ from functools import partial
 from typing import Any
 
 from ...engines.base import Batch, BatchRow, Engine, Joiner
+from ..scheduler import Ticket
 from .generation import (
     ChoiceEnd,
+    ChoiceEvent,
     ChoiceFailed,
     ChoiceJob,
     ChoiceText,
-    Event,
     Inbox,
     TextDelta,
+    choice_events,
     delivered,
     ended,
 )
@@ -49,7 +52,7 @@ class _Member:
 
     job: ChoiceJob
     text: ChoiceText
-    emit: Callable[[Event], None]
+    emit: Callable[[ChoiceEvent], None]
     cancel: threading.Event
     row: BatchRow | None = None
     ended: bool = False
@@ -93,7 +96,7 @@ class Batcher:
     executor: Executor
     progress: Progress = field(default_factory=Progress)
     _joining: list[_Member] = field(default_factory=list)
-    _outbox: list[tuple[Inbox, Event]] = field(default_factory=list)
+    _outbox: list[tuple[Inbox, ChoiceEvent]] = field(default_factory=list)
     _rows: list[_Member] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
@@ -103,7 +106,7 @@ class Batcher:
         the next step."""
         return delivered(self._queued(job, pace))
 
-    def _queued(self, job: ChoiceJob, pace: float) -> AsyncGenerator[Event, None]:
+    def _queued(self, job: ChoiceJob, pace: float) -> AsyncGenerator[ChoiceEvent, None]:
         inbox = Inbox(pace)
         emit = partial(self._post, inbox)
         text = ChoiceText(self.engine, job, inbox.cancel, emit)
@@ -133,7 +136,7 @@ class Batcher:
         finally:
             self._task = None
 
-    def _post(self, inbox: Inbox, event: Event) -> None:
+    def _post(self, inbox: Inbox, event: ChoiceEvent) -> None:
         """A row's event, held until its step is over (on the engine's thread)."""
         self._outbox.append((inbox, event))
 
@@ -160,10 +163,7 @@ class Batcher:
                 live.append(member)
         if not live:
             return
-        joiners = [
-            Joiner(m.job.prompt_ids, m.job.params, m.job.rng, m.job.steering, m.job.monitor)
-            for m in live
-        ]
+        joiners = [Joiner(m.job.prompt_ids, m.job.params, m.job.rng, m.job.hooks) for m in live]
         for member, row in zip(live, self.batch.join_all(joiners), strict=True):
             self._joined(member, row, started)
 
@@ -226,3 +226,27 @@ class Batcher:
                 finally:
                     member.end(ChoiceFailed(exc))
         self._rows = []
+
+
+class Choices:
+    """Where a choice runs: a row of its engine's batch when its ticket is a row (one
+    `Batcher` per batch, made when the first row comes), else alone."""
+
+    def __init__(self, executor: Executor, publish: Callable[[str, dict[str, Any]], None]) -> None:
+        self._executor = executor
+        self._publish = publish
+        self._batchers: weakref.WeakKeyDictionary[Batch, Batcher] = weakref.WeakKeyDictionary()
+
+    def events(
+        self, engine: Engine, job: ChoiceJob, ticket: Ticket, pace: float = 0.0
+    ) -> AsyncIterator[TextDelta | ChoiceEnd]:
+        """One choice's text pieces, read at most every `pace` seconds (`Inbox`), then its
+        end."""
+        batch = engine.batch
+        if not ticket.shared or batch is None:
+            return choice_events(engine, job, self._executor, pace)
+        batcher = self._batchers.get(batch)
+        if batcher is None:
+            batcher = Batcher(engine, batch, self._executor, Progress(publish=self._publish))
+            self._batchers[batch] = batcher
+        return batcher.events(job, pace)

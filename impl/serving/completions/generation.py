@@ -17,13 +17,11 @@ import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from ...engines.base import Engine, Prefilled, Rng, SamplingParams, SteeringSource, Token
-from ...engines.monitor import Monitor
+from ...engines.base import NO_HOOKS, Engine, Hooks, Prefilled, Rng, SamplingParams, Token
 from ...errors import ApiError
 from ..stops import StopMatcher
 from ..telemetry import Meter
@@ -55,20 +53,11 @@ class ChoiceEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class Capture:
-    """A layer to read while a choice runs (OAI-ACT): before this layer's steering delta
-    with `pre_steering`, else after it."""
-
-    layer: int
-    pre_steering: bool
-
-
-@dataclass(frozen=True, slots=True)
 class ChoiceFailed:
     error: BaseException
 
 
-Event = TextDelta | ChoiceEnd | ChoiceFailed
+ChoiceEvent = TextDelta | ChoiceEnd | ChoiceFailed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,63 +69,38 @@ class ChoiceJob:
     stop_strings: Sequence[str]
     rng: Rng | None
     halted: threading.Event | None = None  # a model switch: end at the next token, "halted"
-    steering: SteeringSource | None = None
+    hooks: Hooks = NO_HOOKS  # steering, probes' monitor, a capture (a reading: serial only)
     keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
     cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token
     meter: Meter | None = None  # token and done events (GET /api/events)
     whole: bool = False  # the text goes out in one delta just before the end, not per token
-    capture: Capture | None = None  # a layer's rows to read (serial path only, OAI-ACT-25)
-    monitor: Monitor | None = None  # what armed probes read (engines/monitor.py)
-
-
-def _steered(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
-    return nullcontext() if job.steering is None else engine.steered(job.steering)
-
-
-def _monitored(engine: Engine, job: ChoiceJob) -> AbstractContextManager[None]:
-    return nullcontext() if job.monitor is None else engine.monitoring(job.monitor)
 
 
 def run_choice(
-    engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[Event], None]
+    engine: Engine, job: ChoiceJob, cancel: threading.Event, emit: Callable[[ChoiceEvent], None]
 ) -> None:
     """Blocking: generate one choice, emitting deltas then exactly one end event.
 
-    The end event goes out only after the steering hooks are removed and the
-    KV cache is given back, so whoever holds the slot sees a clean engine.
+    The end event goes out only after the engine left the hooks and gave the KV
+    cache back, so whoever holds the slot sees a clean engine. A capture's rows
+    ride on the end, with the ids fed at them.
     """
-    end: ChoiceEnd | ChoiceFailed
+    capture = job.hooks.capture
+    picked: list[int] = []  # the ids generated, for a capture's rows
     try:
-        with _steered(engine, job), _monitored(engine, job):
-            if job.capture is None:
-                end = _generate(engine, job, cancel, emit)
-            else:
-                end = _captured(engine, job, job.capture, cancel, emit)
-    except Exception as exc:  # entering or leaving the hooks failed: the engine's fault
-        log.exception("steering hooks failed")
+        end = _generate(engine, job, cancel, emit, None if capture is None else picked.append)
+    except Exception as exc:  # leaving the hooks failed: the engine's fault
+        log.exception("leaving the generation's hooks failed")
         end = ChoiceFailed(exc)
+    if capture is not None and isinstance(end, ChoiceEnd):
+        fed = [*job.prompt_ids, *picked[:-1]]  # the last token picked is never fed back
+        end = replace(end, captured=Captured(capture.rows, fed))
     ended(job, end, emit)
 
 
-def _captured(
-    engine: Engine,
-    job: ChoiceJob,
-    capture: Capture,
-    cancel: threading.Event,
-    emit: Callable[[Event], None],
-) -> ChoiceEnd | ChoiceFailed:
-    """`_generate` with the capture's layer read (inside the steering hooks, so a post-steering
-    read sees this layer's delta); the end carries the rows and the ids fed."""
-    ids: list[int] = []
-    with engine.capturing(capture.layer, pre_steering=capture.pre_steering) as residuals:
-        end = _generate(engine, job, cancel, emit, ids.append)
-    if isinstance(end, ChoiceFailed):
-        return end
-    fed = [*job.prompt_ids, *ids[:-1]]  # the last token picked is never fed back
-    return replace(end, captured=Captured(residuals.rows(), fed))
-
-
-def ended(job: ChoiceJob, end: ChoiceEnd | ChoiceFailed, emit: Callable[[Event], None]) -> None:
+def ended(
+    job: ChoiceJob, end: ChoiceEnd | ChoiceFailed, emit: Callable[[ChoiceEvent], None]
+) -> None:
     """A choice's one end event: its `done` telemetry, then the event itself."""
     if job.meter is not None and isinstance(end, ChoiceEnd):
         job.meter.done(cancelled=end.finish_reason == "cancelled")
@@ -153,7 +117,7 @@ class ChoiceText:
         engine: Engine,
         job: ChoiceJob,
         cancel: threading.Event,
-        emit: Callable[[Event], None],
+        emit: Callable[[ChoiceEvent], None],
     ) -> None:
         self._detok = Detokenizer(partial(engine.decode, keep_special=job.keep_special))
         self._stopper = StopMatcher(job.stop_strings)
@@ -229,13 +193,17 @@ def _generate(
     engine: Engine,
     job: ChoiceJob,
     cancel: threading.Event,
-    emit: Callable[[Event], None],
+    emit: Callable[[ChoiceEvent], None],
     picked: Callable[[int], None] | None = None,
 ) -> ChoiceEnd | ChoiceFailed:
     """Generate one choice, emitting its deltas (`picked`: told each token id); returns the
     end event."""
     text = ChoiceText(engine, job, cancel, emit)
-    tokens = engine.generate(job.prompt_ids, job.params, job.rng)
+    try:
+        tokens = engine.generate(job.prompt_ids, job.params, job.rng, job.hooks)
+    except Exception as exc:  # refused (an rng, a hook): the engine's fault
+        log.exception("generation failed")
+        return ChoiceFailed(exc)
     try:
         stepped = time.perf_counter()
         for token in tokens:
@@ -271,26 +239,26 @@ class Inbox:
 
     def __init__(self, pace: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._loop = asyncio.get_running_loop()
-        self._events: deque[Event] = deque()
+        self._events: deque[ChoiceEvent] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._pace = pace
         self._clock = clock
         self._woken = -math.inf  # when a text piece last woke the reader
         self.cancel = threading.Event()
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: ChoiceEvent) -> None:
         """From the engine's thread."""
         self._events.append(event)
         if self._due(event):
             self._loop.call_soon_threadsafe(self._wake)
 
-    def put(self, event: Event) -> None:
+    def put(self, event: ChoiceEvent) -> None:
         """From the event loop's own thread."""
         self._events.append(event)
         if self._due(event):
             self._wake()
 
-    def _due(self, event: Event) -> bool:
+    def _due(self, event: ChoiceEvent) -> bool:
         """Whether `event` wakes the reader; a text piece that does not waits in the deque
         for the next one that does, or for the end."""
         if not isinstance(event, TextDelta):
@@ -306,14 +274,14 @@ class Inbox:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def read(self) -> AsyncGenerator[Event, None]:
+    def read(self) -> AsyncGenerator[ChoiceEvent, None]:
         """The events until the end (or failure) event. A reader dropped before it started
         (its consumer closed first) stops the choice too: its finally would never run."""
         reader = self._read()
         weakref.finalize(reader, self.cancel.set)
         return reader
 
-    async def _read(self) -> AsyncGenerator[Event, None]:
+    async def _read(self) -> AsyncGenerator[ChoiceEvent, None]:
         events = self._events
         try:
             while True:
@@ -333,7 +301,7 @@ class Inbox:
             self.cancel.set()
 
 
-def _joined(first: str, events: deque[Event]) -> str:
+def _joined(first: str, events: deque[ChoiceEvent]) -> str:
     """`first` and the text pieces that wait after it, taken out of `events`."""
     parts = [first]
     while events and isinstance(waiting := events[0], TextDelta):
@@ -344,7 +312,7 @@ def _joined(first: str, events: deque[Event]) -> str:
 
 def stream_choice(
     engine: Engine, job: ChoiceJob, executor: Executor, pace: float = 0.0
-) -> AsyncGenerator[Event, None]:
+) -> AsyncGenerator[ChoiceEvent, None]:
     """The events of one choice, generated alone in the engine's thread (`pace`: as
     `Inbox` takes it)."""
     inbox = Inbox(pace)
@@ -361,7 +329,9 @@ def choice_events(
     return delivered(stream_choice(engine, job, executor, pace))
 
 
-async def delivered(events: AsyncGenerator[Event, None]) -> AsyncIterator[TextDelta | ChoiceEnd]:
+async def delivered(
+    events: AsyncGenerator[ChoiceEvent, None],
+) -> AsyncIterator[TextDelta | ChoiceEnd]:
     """A choice's events as its readers take them, whether it ran alone or in the batch.
 
     A failure in the engine is raised here; a generation halted for a model switch
@@ -379,6 +349,17 @@ async def delivered(events: AsyncGenerator[Event, None]) -> AsyncIterator[TextDe
         raise RuntimeError("generation ended without an end event")
     finally:
         await events.aclose()
+
+
+async def collect(events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[str, ChoiceEnd]:
+    """A choice's whole text and its end (a JSON reply's)."""
+    parts: list[str] = []
+    async for event in events:
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        else:
+            return "".join(parts), event
+    raise RuntimeError("generation ended without an end event")
 
 
 def unless_halted(end: ChoiceEnd) -> ChoiceEnd:

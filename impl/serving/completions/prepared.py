@@ -1,18 +1,21 @@
-"""A request made concrete against the resident model: prompts, budgets, grammar, tools.
+"""A request made concrete against one engine: prompt ids, budgets, tools, reasoning, grammar.
 
-`prepare()` runs once the slot is held and the model resident, before any
-generation and before a stream's 200: it fixes the tool plan (refusing a
-template that cannot take tools), renders and tokenizes every prompt, fixes
-each budget against the window, and compiles the output grammar. `job()`
-makes one choice's generation of it; `Plan.choice()` shapes one finished
-choice (validated when constrained, calls parsed when tools ran).
+`prepare()` runs once an engine is at hand, before any generation and before
+a stream's 200: it fixes the tool plan (refusing a template that cannot take
+tools), renders and tokenizes every prompt, fixes each budget against the
+window, reads the probes' `last_user` windows, and compiles the output
+grammar. What it makes, a `Prepared`, is frozen: nothing writes into it
+later, and another engine (a reload while the request waited) gets a
+`Prepared` of its own. `job()` makes one choice's generation of it;
+`Prepared.choice()` shapes one finished choice (validated when constrained,
+calls parsed when tools ran).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -22,26 +25,23 @@ from ...engines.base import (
     Constraint,
     ConstraintUnsupported,
     Engine,
+    Hooks,
     PromptError,
     Rng,
     SamplingParams,
 )
+from ...engines.capabilities import Constrainer, Inspectable
 from ...errors import ApiError, InvalidParameter
 from ...models.manager import ModelManager
-from ...models.registry import ModelEntry
-from ...probes.watch import Watch
-from ...steering.header import Unknown, serialize
-from ...steering.source import RequestSource
 from ..chat import schema_subset
 from ..chat.reasoning import ReasoningPlan, reasoning_plan
 from ..chat.replies import ReplyStream, whole
 from ..chat.response_format import OutputFormat
-from ..chat.tools import ToolAsk, ToolPlan, shown, tool_plan
+from ..chat.tools import ToolPlan, shown, tool_plan
 from ..prompts import Prompt, TokenPrompt
 from ..scheduler import Ticket
 from ..telemetry import Meter
 from . import shapes
-from .activations import Reading
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob
 from .requests import GenerationRequest
@@ -49,58 +49,29 @@ from .requests import GenerationRequest
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True, kw_only=True)
-class Plan:
-    """A request made concrete against the model: token ids and budgets."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """A request made concrete against `engine` (`prepare()`); frozen."""
 
     request: GenerationRequest
-    entry: ModelEntry
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    budgets: list[int] = field(default_factory=list)
-    steering: RequestSource | None = None
-    # How the chat template marks tool calls and reasoning spans, both fixed by `prepare()`
-    # once the model is resident. `tools` is None when the request shows the model no tools;
-    # `reasoning` is None when no reasoning span is read off the reply (`_may_reason`).
-    tools: ToolPlan | None = None
-    reasoning: ReasoningPlan | None = None
-    # The config's request defaults, read once when the request came in: a request that
-    # waits in the queue keeps the defaults it saw.
-    defaults: RequestDefaults = field(default_factory=RequestDefaults)
-    prepared_for: Engine | None = None  # the engine `prepare` read the prompts with
-    reading: Reading | None = None  # `return_sae_activations`, resolved (OAI-ACT)
-    watch: Watch | None = None  # the armed probes, while any is (REQ-000 PROBE)
-    user_spans: list[tuple[int, int] | None] = field(default_factory=list)  # `last_user`
+    engine: Engine
+    prompt_ids: tuple[list[int], ...]
+    budgets: tuple[int, ...]
+    # How the chat template marks tool calls and reasoning spans. `tools` is None when the
+    # request shows the model no tools; `reasoning` is None when no reasoning span is read
+    # off the reply (`_may_reason`).
+    tools: ToolPlan | None
+    reasoning: ReasoningPlan | None
+    # Each prompt's `last_user` window, read only when an armed probe needs one (else ()).
+    user_spans: tuple[tuple[int, int] | None, ...] = ()
 
     @property
     def output(self) -> OutputFormat | None:
         return self.request.output
 
     @property
-    def tool_ask(self) -> ToolAsk | None:
-        return self.request.tools
-
-    def steering_header(self) -> str:
-        """X-miLLM-Steering, read after generation from what the hooks applied (OAI-HDR-02).
-
-        A state that cannot be read is `unknown`, never omitted or guessed (OAI-GRAM-07).
-        """
-        if self.steering is None:
-            return "none"
-        try:
-            return self.steering.header()
-        except Exception:
-            log.exception("reading the applied steering state failed")
-            return serialize([Unknown("read_failed")])
-
-    def rung_header(self) -> str | None:
-        """X-miLLM-Circuit-Rung for what the hooks applied (None: omitted, OAI-RUNG-09..17)."""
-        if self.steering is None:
-            return None
-        try:
-            return self.steering.rung()
-        except Exception:  # an unreadable state claims no evidence (OAI-RUNG-11)
-            log.exception("reading the applied circuits failed")
-            return None
+    def prompt_tokens(self) -> int:
+        return sum(len(ids) for ids in self.prompt_ids)
 
     @property
     def constraint(self) -> Constraint | None:
@@ -131,6 +102,11 @@ class Plan:
         """Prompt i's streamed reply: reasoning split off, calls held (LOC-CHAT-57)."""
         spans = None if self.reasoning is None else self.reasoning.stream(i)
         return ReplyStream(spans, self.tools)
+
+    def fits(self, window: int) -> bool:
+        """Whether every prompt and its budget fit a row of `window` tokens."""
+        sizes = zip(self.prompt_ids, self.budgets, strict=True)
+        return all(len(ids) + budget <= window for ids, budget in sizes)
 
 
 def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> GenerationRequest:
@@ -169,9 +145,8 @@ class Tally:
         if first_of_prompt:  # the prompt is counted once, as prompt_tokens is
             self.cached += end.cached_tokens
 
-    def usage(self, plan: Plan) -> dict[str, Any]:
-        prompt = sum(len(ids) for ids in plan.prompt_ids)
-        return shapes.usage(prompt, self.completion, self.cached)
+    def usage(self, prepared: Prepared) -> dict[str, Any]:
+        return shapes.usage(prepared.prompt_tokens, self.completion, self.cached)
 
 
 def prompt_ids(
@@ -201,7 +176,7 @@ INLINE_MESSAGES = 16
 
 def is_short(prompt: Prompt, tools: ToolPlan | None) -> bool:
     """Whether rendering and tokenizing `prompt` is quick enough to run on the event loop
-    (ModelManager.tokenize): short text, a few messages, no tools to render."""
+    (ModelManager.with_tokenizer): short text, a few messages, no tools to render."""
     if isinstance(prompt, TokenPrompt):
         return len(prompt.ids) <= INLINE_CHARS
     if not isinstance(prompt, ChatPrompt):
@@ -212,62 +187,101 @@ def is_short(prompt: Prompt, tools: ToolPlan | None) -> bool:
     return size <= INLINE_CHARS
 
 
-async def prepare(plan: Plan, engine: Engine, manager: ModelManager) -> None:
-    """Tokenize every prompt and fix its budget; refusals before any generation. Prepared
-    again for another engine (a reload), it starts over."""
-    plan.prompt_ids, plan.budgets, plan.reasoning = [], [], None
-    plan.prepared_for = engine
-    plan.tools = tool_plan(plan.tool_ask, engine.chat_template)
-    for i, prompt in enumerate(plan.request.prompts):
-        ids = await manager.tokenize(
-            partial(prompt_ids, engine, prompt, i, plan.tools), inline=is_short(prompt, plan.tools)
+async def prepare(
+    req: GenerationRequest,
+    engine: Engine,
+    manager: ModelManager,
+    defaults: RequestDefaults,
+    *,
+    user_spans: bool = False,
+) -> Prepared:
+    """Tokenize every prompt and fix its budget; refusals before any generation.
+    `user_spans`: read each prompt's `last_user` window too (an armed probe needs it)."""
+    tools = tool_plan(req.tools, engine.chat_template)
+    ids_of, budgets = [], []
+    for i, prompt in enumerate(req.prompts):
+        ids = await manager.with_tokenizer(
+            partial(prompt_ids, engine, prompt, i, tools), inline=is_short(prompt, tools)
         )
         if not ids:
-            where = "prompt" if plan.request.endpoint == "completions" else "messages"
-            code = (
-                "invalid_parameter" if plan.request.scoring is None else ("invalid_scoring_request")
-            )
+            where = "prompt" if req.endpoint == "completions" else "messages"
+            code = "invalid_parameter" if req.scoring is None else "invalid_scoring_request"
             raise ApiError(code, f"prompt {i} tokenizes to nothing; nothing to continue.", where)
-        plan.prompt_ids.append(ids)
-        plan.budgets.append(budget(plan.request, engine, ids, plan.defaults))
-    if _may_reason(plan):
-        short = sum(map(len, plan.prompt_ids)) <= INLINE_CHARS
-        plan.reasoning = await manager.tokenize(
-            partial(reasoning_plan, engine, plan.prompt_ids), inline=short
+        ids_of.append(ids)
+        budgets.append(budget(req, engine, ids, defaults))
+    reasoning = None
+    if _may_reason(req, tools):
+        short = sum(map(len, ids_of)) <= INLINE_CHARS
+        reasoning = await manager.with_tokenizer(
+            partial(reasoning_plan, engine, ids_of), inline=short
         )
-    if plan.output is not None:
-        await _compile(plan.output, engine, manager)
-    while plan.tools is not None and plan.tools.constraint is not None:
+    if req.output is not None:
+        await _compile(req.output, engine, manager)
+    tools = await _tools_compiled(tools, engine, manager)
+    spans: list[tuple[int, int] | None] = []
+    if user_spans:
+        for i, prompt in enumerate(req.prompts):
+            span = partial(user_span, engine, prompt, ids_of[i], tools)
+            spans.append(await manager.with_tokenizer(span, inline=is_short(prompt, tools)))
+    return Prepared(
+        request=req,
+        engine=engine,
+        prompt_ids=tuple(ids_of),
+        budgets=tuple(budgets),
+        tools=tools,
+        reasoning=reasoning,
+        user_spans=tuple(spans),
+    )
+
+
+async def _tools_compiled(
+    tools: ToolPlan | None, engine: Engine, manager: ModelManager
+) -> ToolPlan | None:
+    """The tool plan whose call constraint the grammar library takes, loosened until it does
+    (any object as arguments, then none)."""
+    while tools is not None and tools.constraint is not None:
         try:
-            await manager.tokenize(partial(engine.compile_constraint, plan.tools.constraint))
-            break
-        except ConstraintUnsupported as exc:  # looser: any object as arguments, then none
+            await manager.with_tokenizer(partial(_compiled, engine, tools.constraint))
+            return tools
+        except ConstraintUnsupported as exc:
             log.warning("the tool call constraint is loosened: %s", exc)
-            plan.tools = plan.tools.loosened()
+            tools = tools.loosened()
+    return tools
 
 
-def user_span(plan: Plan, engine: Engine, i: int) -> tuple[int, int] | None:
-    """Prompt i's `last_user` window: the last user message's content in the render served
-    (its tools shown, OAI-TOOLS-31); a text completion's whole prompt."""
-    prompt = plan.request.prompts[i]
+def _compiled(engine: Engine, constraint: Constraint) -> None:
+    """Compile `constraint` on `engine`; one that enforces no grammar refuses it."""
+    if not isinstance(engine, Constrainer):
+        raise ConstraintUnsupported(f"the {engine.facts.engine} engine enforces no grammar")
+    engine.compile_constraint(constraint)
+
+
+def user_span(
+    engine: Engine, prompt: Prompt, ids: Sequence[int], tools: ToolPlan | None
+) -> tuple[int, int] | None:
+    """A prompt's `last_user` window: the last user message's content in the render served
+    (its tools shown, OAI-TOOLS-31); a text completion's whole prompt; None on an engine
+    that reads no residual stream (its probes report `engine_unsupported`)."""
     if not isinstance(prompt, ChatPrompt):
-        return (0, len(plan.prompt_ids[i]))
+        return (0, len(ids))
+    if not isinstance(engine, Inspectable):
+        return None
     honoured = Capability.TOOLS in engine.capabilities
-    return engine.user_span(shown(plan.tools, prompt, engine.chat_template, honoured))
+    return engine.user_span(shown(tools, prompt, engine.chat_template, honoured))
 
 
-def _may_reason(plan: Plan) -> bool:
+def _may_reason(req: GenerationRequest, tools: ToolPlan | None) -> bool:
     """Whether a reasoning span is read off the reply: a generated chat reply that neither a
     grammar nor a forced call's opening holds from its first token (LOC-CHAT-40)."""
-    r = plan.request
-    forced = plan.tools is not None and bool(plan.tools.opening)
-    return r.endpoint == "chat" and r.scoring is None and plan.constraint is None and not forced
+    constrained = req.output is not None or (tools is not None and tools.constraint is not None)
+    forced = tools is not None and bool(tools.opening)
+    return req.endpoint == "chat" and req.scoring is None and not constrained and not forced
 
 
 async def _compile(output: OutputFormat, engine: Engine, manager: ModelManager) -> None:
     """The grammar is built before any generation; one the library refuses is the client's."""
     try:
-        await manager.tokenize(partial(engine.compile_constraint, output.constraint))
+        await manager.with_tokenizer(partial(_compiled, engine, output.constraint))
     except ConstraintUnsupported as exc:
         param = "response_format" if output.kind == "json_object" else schema_subset.PARAM
         raise ApiError(
@@ -300,33 +314,39 @@ def budget(
     return asked
 
 
-def job(plan: Plan, i: int, rng: Rng | None, ticket: Ticket, *, meter: Meter | None) -> ChoiceJob:
-    """Prompt i's generation: its ids, budget, sampling, constraint and steering; the
-    ticket's halt (a model switch) and cancel (`POST /api/cancel`) stop it."""
-    r = plan.request
+def job(
+    prepared: Prepared,
+    i: int,
+    rng: Rng | None,
+    ticket: Ticket,
+    *,
+    hooks: Hooks,
+    meter: Meter | None,
+) -> ChoiceJob:
+    """Prompt i's generation: its ids, budget, sampling, constraint and hooks; the ticket's
+    halt (a model switch) and cancel (`POST /api/cancel`) stop it."""
+    r = prepared.request
     temperature, top_p = r.temperature, r.top_p
     assert temperature is not None and top_p is not None, "RequestDefaults.apply comes first"
     params = SamplingParams(
-        max_tokens=plan.budgets[i],
+        max_tokens=prepared.budgets[i],
         temperature=temperature,
         top_p=top_p,
         frequency_penalty=r.frequency_penalty,
         presence_penalty=r.presence_penalty,
-        constraint=plan.constraint,
+        constraint=prepared.constraint,
         top_k=r.top_k,
     )
     return ChoiceJob(
-        prompt_ids=plan.prompt_ids[i],
+        prompt_ids=prepared.prompt_ids[i],
         params=params,
         stop_strings=r.stops,
         rng=rng,
         halted=ticket.halt,
-        steering=plan.steering,
+        hooks=hooks,
         # call and reasoning markers may be special tokens
-        keep_special=plan.tools is not None or plan.reasoning is not None,
+        keep_special=prepared.tools is not None or prepared.reasoning is not None,
         cancelled=ticket.cancel,
         meter=meter,
         whole=not r.stream,  # a JSON reply is read whole: no wake-up of the loop per token
-        capture=None if plan.reading is None else plan.reading.capture,
-        monitor=None if plan.watch is None else plan.watch.monitor(),
     )

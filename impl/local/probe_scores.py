@@ -20,18 +20,18 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any
 
-from ...engines.base import Capability, ChatPrompt, Engine, SamplingParams
-from ...errors import ApiError, InvalidParameter
-from ...models.manager import ModelManager
-from ...models.registry import ModelEntry
-from ...probes.admin import ProbeAdmin
-from ...probes.trace import fresh
-from ...probes.watch import Served, Shape, Watch, Windows
-from ...settings import Settings
-from ...steering.live import LiveSteering
-from ..prompts import TextPrompt
-from ..scheduler import Scheduler, holding
-from .plan import prompt_ids
+from ..engines.base import Capability, ChatPrompt, Engine, Hooks, SamplingParams
+from ..errors import ApiError, InvalidParameter
+from ..models.manager import ModelManager
+from ..models.registry import ModelEntry
+from ..probes.admin import ProbeAdmin
+from ..probes.trace import fresh
+from ..probes.watch import Served, Watch, Windows, shape
+from ..serving.completions.prepared import prompt_ids, user_span
+from ..serving.prompts import TextPrompt
+from ..serving.scheduler import Scheduler, holding
+from ..settings import Settings
+from ..steering.live import LiveSteering
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -62,26 +62,10 @@ def _pass(engine: Engine, ids: list[int], watch: Watch) -> Any:
     monitor = watch.monitor()
     if monitor is None:
         return None
-    with engine.monitoring(monitor):
-        for _ in engine.generate(ids, SamplingParams(max_tokens=1, temperature=0.0), None):
-            pass
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    for _ in engine.generate(ids, params, None, Hooks(monitor=monitor)):
+        pass
     return monitor
-
-
-def shape(engine: Engine, model: str, live: LiveSteering) -> Shape:
-    """The model a request's probes resolve against: its width, depth, whether its engine
-    monitors, and the SAEs attached to it (for SAE-feature detectors)."""
-    facts = engine.facts
-    steering = Capability.STEERING in engine.capabilities
-    attached = live.attachments(model) if steering else []
-    return Shape(
-        model=model,
-        engine=facts.engine,
-        d_model=facts.d_model,
-        n_layers=facts.n_layers,
-        monitoring=Capability.MONITORING in engine.capabilities,
-        attachments=[(a.sae.sae_id, a.layer, a.sae) for a in attached],
-    )
 
 
 class ProbeScores:
@@ -134,7 +118,7 @@ class ProbeScores:
         async with holding(self._manager, self._scheduler, entry, timeout) as slot:
             engine = slot.engine
             prompt = chat if chat is not None else _user_message(engine, text or "")
-            ids = await self._manager.tokenize(partial(prompt_ids, engine, prompt))
+            ids = await self._manager.with_tokenizer(partial(prompt_ids, engine, prompt))
             where = "input" if text is not None else "messages"
             if not ids:
                 raise InvalidParameter(where, "The prompt tokenizes to nothing.")
@@ -145,10 +129,12 @@ class ProbeScores:
                     f"{engine.facts.context_length}.",
                     where,
                 )
-            watch.resolve(shape(engine, entry.model_id, self._live))
+            watch.fit(shape(engine, entry.model_id, self._live))
             user: tuple[int, int] | None = (0, len(ids))
-            if isinstance(prompt, ChatPrompt) and watch.needs_user:
-                user = await self._manager.tokenize(partial(engine.user_span, prompt))
+            if watch.needs_user:  # the render served, as on a completion (prepared.py)
+                user = await self._manager.with_tokenizer(
+                    partial(user_span, engine, prompt, ids, None)
+                )
             loop = asyncio.get_running_loop()
             monitor = await loop.run_in_executor(self._executor, _pass, engine, ids, watch)
         served = Served(backend="score", engine=engine.facts.engine, model=entry.model_id)

@@ -1,0 +1,61 @@
+"""A completion request past every refusal that needs no model, and what it brings along.
+
+`CompletionService.serve` makes one `Accepted` per request before the slot:
+the request with the config's defaults applied and its unused fields taken
+out, the model's entry, the defaults it saw (a request that waits in the
+queue keeps them), its activation reading and its probe run. It is frozen;
+what varies with the engine that serves it is a `Prepared` (prepared.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...engines.base import Engine, Hooks
+from ...models.registry import ModelEntry
+from ...steering.live import LiveSteering
+from ...steering.source import RequestSource
+from . import steered
+from .defaults import RequestDefaults
+from .prepared import Prepared
+from .probe_run import ProbeRun
+from .reading import Reading
+from .requests import GenerationRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    request: GenerationRequest
+    entry: ModelEntry
+    defaults: RequestDefaults
+    reading: Reading | None = None  # `return_sae_activations`, resolved (OAI-ACT)
+    probes: ProbeRun | None = None  # the armed probes, while any is (REQ-000 PROBE)
+
+    def hooks(self, steering: RequestSource | None) -> Hooks:
+        """One choice's hooks: the request's steering, a fresh probe monitor, a fresh
+        capture of the reading's layer."""
+        monitor = None if self.probes is None else self.probes.monitor()
+        capture = None if self.reading is None else self.reading.capture()
+        return Hooks(steering=steering, monitor=monitor, capture=capture)
+
+    def steering(self, live: LiveSteering, engine: Engine) -> RequestSource | None:
+        """What the hooks read, resolved again once the slot is held (steered.py)."""
+        return steered.source(self.request.steering, live, self.entry.model_id, engine)
+
+    def interrupted(self, prepared: Prepared, request_id: str, exc: BaseException) -> None:
+        """A response that never went out whole (the client left, or the generation
+        failed): its probe results recorded as `interrupted` (OAI-PROBE-09)."""
+        if self.probes is not None:
+            reason = "generation_failed" if isinstance(exc, Exception) else "client_disconnected"
+            self.probes.interrupted(prepared, request_id, reason)
+
+    def as_row(self, prepared: Prepared | None, resident: Engine | None) -> bool:
+        """Whether the choices decode as rows of the resident engine's batch
+        (docs/DECISIONS.md, continuous batching): prepared for it, every prompt and budget
+        fitting a row, unless seeded (a seed's byte-identical promise holds only on the
+        serial path, OAI-CBM-08) or reading (OAI-ACT-25)."""
+        if prepared is None or prepared.engine is not resident or resident.batch is None:
+            return False
+        if self.request.seed is not None or self.reading is not None:
+            return False
+        return prepared.fits(resident.batch.window)
