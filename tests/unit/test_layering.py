@@ -316,7 +316,8 @@ def test_a_circle_in_tools_is_caught_between_packages_and_between_modules(
     concurrency <-> transformers_rows circle, through a lazy import). The modules at the top
     of tools/ and tests/ are each a node: e2e importing the top's conftest while a helper at
     the top imports an e2e module is no cycle, but e2e importing a helper that imports an e2e
-    module is. Module cycles inside impl stay with the package rule."""
+    module is. Inside impl, two modules of one package that import each other are a cycle
+    too (serving/a <-> serving/b)."""
     tree(
         tmp_path,
         {
@@ -347,6 +348,7 @@ def test_a_circle_in_tools_is_caught_between_packages_and_between_modules(
             "tools.bench.concurrency -> tools.bench.rows2 -> tools.bench.concurrency",
             "",
         ),
+        ("module cycles", "miserver.serving.a -> miserver.serving.b -> miserver.serving.a", ""),
     }
 
 
