@@ -6,6 +6,16 @@ prompts, sampling, tools, output format, thinking, scoring. Sampling fields a
 request leaves out stay None until the config's defaults apply, in one place
 (serving/completions/defaults.py). The raw body has one reader besides this one: the
 field matrix (serving/admission.py), which must see undeclared keys.
+
+Each ask is resolved later against the model, under a name of its own:
+
+    SteeringAsk     -> steered.resolution (refusals, echo), then a RequestSource (hooks)
+    ToolAsk         -> a ToolPlan (the template's call format), in Prepared
+    ThinkAsk        -> a bool, whether the template renders thinking (refusals.py)
+    OutputFormat    -> a Constraint, compiled in prepare()
+    ScoringAsk      -> a ScoreQuery per pass (scoring_service.py)
+    ActivationsAsk  -> a Reading (reading.py), then a Capture per generation (hooks)
+    the armed probes (not in the request) -> a ProbeRun, then a Monitor per choice (hooks)
 """
 
 from __future__ import annotations

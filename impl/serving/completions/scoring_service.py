@@ -95,7 +95,8 @@ class ScoringService:
         choices = []
         millm = None
         for i, (prompt, ids) in enumerate(zip(r.prompts, prepared.prompt_ids, strict=True)):
-            capture = None if reading is None else reading.capture()
+            # the pass runs no steering hook: read ahead of any hook on the layer, `unsteered`
+            capture = None if reading is None else Capture(reading.layer, pre_steering=True)
             result = _pass(engine, i, ids, query, capture)
             if capture is not None and reading is not None:  # the read point is `unsteered`
                 body = read(reading, capture.rows, ids, len(ids), read_point="unsteered")
