@@ -24,6 +24,7 @@ The limits `--check` holds (docs/ARCHITECTURE.md):
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import math
 import statistics
@@ -77,6 +78,7 @@ def nearest_rank(values: Sequence[int], p: float) -> int:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)] if ordered else 0
 
 
+@functools.cache
 def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), str(path))
 
@@ -95,6 +97,7 @@ def _classes(tree: ast.AST) -> Iterator[tuple[str, int, int]]:
             yield node.name, (node.end_lineno or node.lineno) - node.lineno + 1, methods
 
 
+@functools.cache
 def folder(name: str) -> Folder:
     modules, funcs, classes = [], [], []
     for path in sorted((ROOT / name).rglob("*.py")):
@@ -165,10 +168,11 @@ def not_implemented() -> list[str]:
     return found
 
 
-def circles() -> list[str]:
+@functools.cache
+def circles() -> tuple[str, ...]:
     """The import circles tools/layering.py finds, anywhere it reads."""
     rules = ("cycles", "module cycles")
-    return [str(v) for v in layering.violations(ROOT) if v.rule in rules]
+    return tuple(str(v) for v in layering.violations(ROOT) if v.rule in rules)
 
 
 def long_functions(name: str = "impl") -> list[Function]:
