@@ -288,11 +288,6 @@ class Hooks:
     monitor: Monitor | None = None
     capture: Capture | None = None
 
-    @property
-    def reads(self) -> bool:
-        """Whether something reads every position: such a generation reuses no kept prefix."""
-        return self.monitor is not None or self.capture is not None
-
 
 NO_HOOKS = Hooks()
 

@@ -6,11 +6,11 @@
 window, as llama.cpp's server splits `-c` among `-np` slots). A row is one
 sequence:
 
-- `join` prefills a prompt into a free sequence and picks its first token.
-  The free sequence kept from an earlier row whose ids share the longest
-  prefix with the prompt is taken, and that prefix is not run again
-  (LOC-CHAT-43, per slot); otherwise the least recently used one.
-  `join_all` joins several prompts that arrived together: each takes its
+- `join_all` prefills each prompt into a free sequence and picks its first
+  token. The free sequence kept from an earlier row whose ids share the
+  longest prefix with the prompt is taken, and that prefix is not run again
+  (LOC-CHAT-43, per slot); otherwise the least recently used one. Prompts
+  that arrived together are joined together: each takes its
   sequence first (those whose kept prefix lies at an end of the busy block
   first, so that no KV is copied where none need be), then what is new of
   every prompt runs in the same batches, as llama.cpp's server prefills its
@@ -72,7 +72,7 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Joining:
-    """A prompt for `Rows.join_all`, with its sampling as `join` takes it."""
+    """A prompt for `Rows.join_all`, with its sampling."""
 
     prompt_ids: Sequence[int]
     params: SamplingParams
@@ -113,21 +113,8 @@ class Rows:
 
     # -- rows --------------------------------------------------------------------
 
-    def join(
-        self,
-        prompt_ids: Sequence[int],
-        params: SamplingParams,
-        *,
-        seed: int | None = None,
-        guide: Guide | None = None,
-    ) -> Row:
-        """Prefill `prompt_ids` into a free sequence and pick its first token (`join_all` of
-        one: the sequence stays free if the prefill fails)."""
-        [row] = self.join_all([Joining(prompt_ids, params, seed, guide)])
-        return row
-
     def join_all(self, joiners: Sequence[Joining]) -> list[Row]:
-        """`join` each, their new tokens prefilled together; the rows in `joiners`' order.
+        """Join each, their new tokens prefilled together; the rows in `joiners`' order.
         A failed prefill leaves every one of their sequences free and raises."""
         self._check_open()
         prompts = [prompt_row(j.prompt_ids, self.window) for j in joiners]

@@ -221,10 +221,9 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         self._engine = engine
 
     def join(self, joiner: Joiner) -> Row:
-        joining = self._joining(joiner)
-        return self._rows.join(
-            joining.prompt_ids, joining.params, seed=joining.seed, guide=joining.guide
-        )
+        """`join_all` of one: the sequence stays free if the prefill fails."""
+        [row] = self._rows.join_all([self._joining(joiner)])
+        return row
 
     def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
         """Each joiner checked as `join` checks it (a refusal is that joiner's alone), then

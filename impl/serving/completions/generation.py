@@ -89,8 +89,8 @@ def run_choice(
     picked: list[int] = []  # the ids generated, for a capture's rows
     try:
         end = _generate(engine, job, cancel, emit, None if capture is None else picked.append)
-    except Exception as exc:  # leaving the hooks failed: the engine's fault
-        log.exception("leaving the generation's hooks failed")
+    except Exception as exc:  # refused (an rng, a hook), or leaving the hooks failed
+        log.exception("starting or ending the generation failed")
         end = ChoiceFailed(exc)
     if capture is not None and isinstance(end, ChoiceEnd):
         fed = [*job.prompt_ids, *picked[:-1]]  # the last token picked is never fed back
@@ -199,11 +199,7 @@ def _generate(
     """Generate one choice, emitting its deltas (`picked`: told each token id); returns the
     end event."""
     text = ChoiceText(engine, job, cancel, emit)
-    try:
-        tokens = engine.generate(job.prompt_ids, job.params, job.rng, job.hooks)
-    except Exception as exc:  # refused (an rng, a hook): the engine's fault
-        log.exception("generation failed")
-        return ChoiceFailed(exc)
+    tokens = engine.generate(job.prompt_ids, job.params, job.rng, job.hooks)
     try:
         stepped = time.perf_counter()
         for token in tokens:
