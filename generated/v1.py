@@ -389,6 +389,108 @@ class ModelList(BaseModel):
     data: list[Model]
 
 
+class TokenizeResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    count: Annotated[int, Field(description="How many ids `tokens` holds.")]
+    max_model_len: Annotated[
+        int,
+        Field(description="The context window the model is served with, in tokens."),
+    ]
+    tokens: list[int]
+    token_strs: Annotated[
+        list[str] | None,
+        Field(
+            description="With `return_token_strs`: each id's own text, decoded alone (special tokens as their text; a piece of a multi-byte character shows U+FFFD); else null."
+        ),
+    ]
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str | None,
+        Field(
+            description="A model id as `/v1/models` lists it; absent or null, the model loaded now.",
+            min_length=1,
+        ),
+    ] = None
+    tokens: Annotated[
+        list[int],
+        Field(
+            description='Token ids in the model\'s own numbering; one that is negative or not below the vocabulary size is `400 invalid_parameter` naming it (`tokens[i]`). An empty list decodes to "".'
+        ),
+    ]
+
+
+class DetokenizeResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    prompt: Annotated[
+        str,
+        Field(
+            description="The ids decoded together, special tokens kept as their text."
+        ),
+    ]
+
+
+class TokenizerInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[str, Field(description="The model id (a miLLM extension).")]
+    tokenizer_class: Annotated[
+        str,
+        Field(
+            description="transformers: the tokenizer's class name; llama.cpp: the GGUF's tokenizer model (`tokenizer.ggml.model`, e.g. `gpt2`)."
+        ),
+    ]
+    model_max_length: Annotated[
+        int,
+        Field(description="The context window the model is served with, in tokens."),
+    ]
+    max_model_len: Annotated[
+        int,
+        Field(description="The same window, under the name vLLM's `/tokenize` uses."),
+    ]
+    vocab_size: Annotated[
+        int,
+        Field(description="The number of ids the model scores (every id is below it)."),
+    ]
+    bos_token: Annotated[
+        str | None,
+        Field(
+            description="The tokenizer's BOS token as text; absent when it names none."
+        ),
+    ] = None
+    eos_token: Annotated[
+        str | None,
+        Field(
+            description="The tokenizer's EOS token as text; absent when it names none."
+        ),
+    ] = None
+    pad_token: Annotated[
+        str | None,
+        Field(
+            description="The tokenizer's padding token as text; absent when it names none."
+        ),
+    ] = None
+    unk_token: Annotated[
+        str | None,
+        Field(
+            description="The tokenizer's unknown token as text; absent when it names none."
+        ),
+    ] = None
+    chat_template: Annotated[
+        str | None,
+        Field(description="The model's own chat template; null when it has none."),
+    ]
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -654,6 +756,74 @@ class CompletionChunk(BaseModel):
         list[ProbeResult] | None,
         Field(
             description="What each armed probe found, one `mi.probe.result/v1` object per (probe, window, choice), sorted like X-miLLM-Probe-Verdicts; present only while a probe is armed (OAI-PROBE-05, OAI-PROBE-08), never on scoring (open point 38). On a stream it comes on its own `choices: []` chunk after the choices, before the `millm` and `millm_steering` chunks."
+        ),
+    ] = None
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str | None,
+        Field(
+            description="A model id as `/v1/models` lists it; absent or null, the model loaded now.",
+            min_length=1,
+        ),
+    ] = None
+    prompt: Annotated[
+        str | None,
+        Field(
+            description="Text to tokenize, as `/v1/completions` tokenizes a string prompt."
+        ),
+    ] = None
+    messages: Annotated[
+        list[ChatMessage] | None,
+        Field(
+            description="A chat, rendered as `/v1/chat/completions` renders it. A trailing assistant message is continued (OAI-CONT-01), which needs `continue_final_message: true` and `add_generation_prompt: false`.",
+            min_length=1,
+        ),
+    ] = None
+    add_special_tokens: Annotated[
+        bool | None,
+        Field(
+            description="With `prompt`: whether the tokenizer's special tokens (a BOS) are added (default true). With `messages`: only false (the default) is served, the chat's ids holding the template's BOS, or the tokenizer's where the template writes none, never two (OAI-TOKIDS-02..05); true is `400 field_not_honoured`."
+        ),
+    ] = None
+    add_generation_prompt: Annotated[
+        bool | None,
+        Field(
+            description="With `messages` (default true): the chat ends with the generation prompt, as a chat completion renders it. False is served only with `continue_final_message: true`; else `400 field_not_honoured`."
+        ),
+    ] = None
+    continue_final_message: Annotated[
+        bool | None,
+        Field(
+            description="With `messages` (default false): the trailing assistant message is left open, to be continued. True needs a trailing assistant message and `add_generation_prompt: false` (400 `invalid_parameter` else)."
+        ),
+    ] = None
+    return_token_strs: Annotated[
+        bool | None,
+        Field(
+            description="Also answer `token_strs`, each id's own text (default false)."
+        ),
+    ] = None
+    chat_template_kwargs: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="Template variables, as on `/v1/chat/completions` (with `messages`)."
+        ),
+    ] = None
+    tools: Annotated[
+        list[Tool] | None,
+        Field(
+            description="Tools shown to the model, as on `/v1/chat/completions` (with `messages`)."
+        ),
+    ] = None
+    chat_template: Annotated[
+        str | None,
+        Field(
+            description="vLLM's own template for the request: not served (a chat is rendered with the model's template, as a chat completion is); a string is `400 field_not_honoured`."
         ),
     ] = None
 

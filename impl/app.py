@@ -1,6 +1,7 @@
 """Builds the server: the Connexion app from spec/openapi, and its state.
 
 Server (ASGI)             lifespan: load the launch model, close at exit
+  -> RootAliases          vLLM's root paths (/tokenize) rewritten to their /v1 path
   -> RequestIdMiddleware  x-request-id on every response, its logs and events
   -> SecurityMiddleware   Host, Origin, API key, body cap, media type, the body
                           parsed once as strict JSON (http/body.py); headers
@@ -26,8 +27,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
+from .contract import document as contract_document
 from .errors import ApiError, internal_error
 from .events import EventBus, LogEvents
+from .http.aliases import RootAliases, root_paths
 from .http.documents import add_document, document
 from .http.operations import decorated_once
 from .http.pages import Pages
@@ -51,6 +54,7 @@ from .probes.admin import ProbeAdmin
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
 from .serving.scheduler import Scheduler
+from .serving.tokenizer.service import TokenizerService
 from .settings import Settings
 from .steering.admin import SteeringAdmin
 from .steering.circuit_admin import CircuitAdmin
@@ -86,6 +90,7 @@ class ServerState:
     probe_scores: ProbeScores
     decisions: DecisionService
     embeddings: EmbeddingService
+    tokenizer: TokenizerService
     session: Session
     bus: EventBus
     config: ConfigService
@@ -267,10 +272,13 @@ class Server:
         self._log_events = LogEvents(self.bus)
         logging.getLogger("miserver").addHandler(self._log_events)
         self.state = self._services(registry, flags)
-        self._app = RequestIdMiddleware(
-            SecurityMiddleware(
-                Pages(build_connexion()), self.policy, settings.json_max_depth, gate=self._gate
-            )
+        self._app = RootAliases(
+            RequestIdMiddleware(
+                SecurityMiddleware(
+                    Pages(build_connexion()), self.policy, settings.json_max_depth, gate=self._gate
+                )
+            ),
+            root_paths(contract_document("v1")),
         )
 
     def _services(self, registry: ModelRegistry, flags: Mapping[str, Any] | None) -> ServerState:
@@ -332,6 +340,9 @@ class Server:
                 manager, scheduler, executor, enabled=lambda: bool(config.in_session("decide"))
             ),
             embeddings=EmbeddingService(settings, manager, scheduler, executor),
+            tokenizer=TokenizerService(
+                settings, manager, scheduler, defaults=config.request_defaults
+            ),
             session=session,
             bus=bus,
             config=config,

@@ -67,6 +67,7 @@ CORE = (
 )
 CHAT = "miserver.serving.chat"
 COMPLETIONS = "miserver.serving.completions"
+TOKENIZER = "miserver.serving.tokenizer"
 LOCAL = "miserver.local"
 FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http")
 TESTS = "tests"
@@ -118,7 +119,13 @@ RULES = [
         ("miserver.serving",),
         (CHAT, COMPLETIONS, LOCAL),
         "the top of serving/ is shared by the folders under it and imports none of them",
-        exempt=(CHAT, COMPLETIONS),
+        exempt=(CHAT, COMPLETIONS, TOKENIZER),
+    ),
+    Rule(
+        "tokenizer",
+        (TOKENIZER,),
+        (LOCAL,),
+        "serving/tokenizer takes a chat through the completion path's steps, as a request does",
     ),
     Rule(
         "chat",
