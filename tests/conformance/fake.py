@@ -21,6 +21,10 @@ Each name in `faults` breaks one thing:
     rung_grammar        the rung-1 circuit is described as "causally validated (edge)"
     circuit_hash        the active circuit's layer hash also covers the layer
     cluster_hash        a dialled cluster's hash is over the stored strengths, not x λ
+    logprobs_need_one_token  `logprobs` with `max_tokens` other than 1 is a 400 (the rule before
+                        contract 0.17.0), not a generation that reports its tokens
+    logprobs_one_entry  a chat generation with logprobs reports only its last token
+    echo_first_scored   an echoed prompt's first token gets a log-probability, not null
 
 With extensions it also has one active circuit (two members at the SAE's layer,
 one past ±200 at its dial) and one stored cluster.
@@ -76,6 +80,9 @@ FAULTS = (
     "rung_grammar",
     "circuit_hash",
     "cluster_hash",
+    "logprobs_need_one_token",
+    "logprobs_one_entry",
+    "echo_first_scored",
 )
 PROBE = "fake-probe"
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -183,7 +190,7 @@ class Fake:
     def base_value(self, body: dict[str, Any]) -> str:
         """Without inline steering: the named cluster, else the active circuit (off at 0)."""
         dial = body.get("steering_intensity")
-        if dial in (0, "off") or body.get("logprobs") not in (None, False):  # off, or scoring
+        if dial in (0, "off") or _scoring(body):  # off, or scoring
             return "none"
         if body.get("profile") == CLUSTER:
             lam = float(dial) if isinstance(dial, int | float) else 1.0
@@ -272,15 +279,28 @@ class Fake:
                 raise Refusal(400, "invalid_parameter", f"messages[{i}].role", "unknown role")
         if (body.get("n") or 1) > 1 and body.get("stream"):
             raise Refusal(400, "invalid_parameter", "n", "n > 1 cannot stream")
-        scoring = body.get("logprobs") not in (None, False)
-        if scoring and not self.extensions:
-            raise Refusal(400, "field_not_honoured", "logprobs", "`logprobs` is not honoured")
-        if scoring and body.get("max_tokens") != 1:
+        for name in ("logprobs", "echo"):
+            if body.get(name) not in (None, False) and not self.extensions:
+                raise Refusal(400, "field_not_honoured", name, f"`{name}` is not honoured")
+        one = body.get("max_tokens") == 1
+        if body.get("allowed_token_ids") is not None and not one:
             raise Refusal(400, "invalid_parameter", "max_tokens", "scoring needs max_tokens 1")
+        asks = body.get("logprobs") not in (None, False)
+        if asks and not one and "logprobs_need_one_token" in self.faults:
+            raise Refusal(400, "invalid_parameter", "max_tokens", "logprobs needs max_tokens 1")
         return body
 
 
+def _scoring(body: dict[str, Any]) -> bool:
+    """Contract 0.17.0's rule: `allowed_token_ids`, or logprobs with `max_tokens: 1`, scores;
+    any other request with logprobs generates and reports its tokens."""
+    asks = body.get("logprobs") not in (None, False)
+    return body.get("allowed_token_ids") is not None or (asks and body.get("max_tokens") == 1)
+
+
 def _words(body: dict[str, Any]) -> list[str]:
+    if body.get("echo") and body.get("max_tokens") == 0:
+        return []  # the prompt's log-probabilities only
     return WORDS[: min(body.get("max_tokens") or len(WORDS), len(WORDS))]
 
 
@@ -367,6 +387,51 @@ def _chat_scored(body: dict[str, Any]) -> dict[str, Any]:
     return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": "length"}
 
 
+def _alternatives(word: str) -> list[tuple[str, float]]:
+    """A generated word's alternatives, most probable first: the word itself leads."""
+    others = [(t, p) for t, p in list(TOP.items())[1:] if t != word]
+    return [(word, TOP["Hello"]), *others]
+
+
+def _chat_generated(words: list[str], body: dict[str, Any], faults: frozenset[str]) -> Any:
+    """`logprobs` of a chat generation: one entry per word (the last only, under a fault)."""
+    if not body.get("logprobs"):
+        return None
+
+    def entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    count = body.get("top_logprobs") or 0
+    content = [
+        {**entry(w, -0.25), "top_logprobs": [entry(t, p) for t, p in _alternatives(w)][:count]}
+        for w in words
+    ]
+    return {"content": content[-1:] if "logprobs_one_entry" in faults else content}
+
+
+def _text_generated(
+    prompt: str, words: list[str], body: dict[str, Any], faults: frozenset[str]
+) -> dict[str, Any]:
+    """A text completion's choice: echo puts the prompt (and its tokens, the first `null`)
+    first; with `logprobs` every generated word has its entry."""
+    echoed = re.findall(r"\s*\S+|\s+", prompt) if body.get("echo") else []
+    text = "".join(echoed + words)
+    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": _finish(body, words)}
+    count = body.get("logprobs")
+    if count is None or count is False:
+        return choice | {"logprobs": None}
+    tokens = echoed + words
+    values: list[float | None] = [-1.5] * len(echoed) + [-0.25] * len(words)
+    tops: list[dict[str, float] | None] = [{t: -1.5} for t in echoed]
+    tops += [dict(_alternatives(w)[: max(count, 1)]) for w in words]
+    if echoed and "echo_first_scored" not in faults:
+        values[0], tops[0] = None, None
+    start = 0 if echoed else len(prompt)
+    offsets = [start + len("".join(tokens[:i])) for i in range(len(tokens))]
+    logprobs = {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops}
+    return choice | {"logprobs": logprobs | {"text_offset": offsets}}
+
+
 def _text_scored(prompt: str, count: int) -> dict[str, Any]:
     top = dict(list({" Paris": -0.25, " the": -2.7, " London": -4.3}.items())[:count])
     logprobs = {
@@ -446,15 +511,18 @@ def fake_app(
         except Refusal as refusal:
             return fake.error(refusal)
         words = _words(body)
-        watched = extensions and not body.get("logprobs")  # scoring is never monitored
+        watched = extensions and not _scoring(body)  # scoring is never monitored
         if body.get("stream"):
             verdicts = _probe_results(request, "chatcmpl-fake") if watched else None
             return sse(chunks(body, "chat.completion.chunk", words, True, verdicts), headers)
-        if body.get("logprobs"):
+        if _scoring(body):
             choice = _chat_scored(body)
         else:
             message = {"role": "assistant", "content": "".join(words)}
             choice = {"index": 0, "message": message, "finish_reason": _finish(body, words)}
+            logprobs = _chat_generated(words, body, faults)
+            if logprobs is not None:
+                choice["logprobs"] = logprobs
         reply = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000}
         reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": [choice]}
         if fake.extensions and body.get("return_sae_activations"):
@@ -472,17 +540,17 @@ def fake_app(
         except Refusal as refusal:
             return fake.error(refusal)
         words = _words(body)
-        watched = extensions and body.get("logprobs") is None  # scoring is never monitored
+        watched = extensions and not _scoring(body)  # scoring is never monitored
         if body.get("stream"):
             verdicts = _probe_results(request, "cmpl-fake") if watched else None
             return sse(chunks(body, "text_completion", words, False, verdicts), headers)
         prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-        if body.get("logprobs") is not None:
+        if _scoring(body) and body.get("logprobs") is not None and not body.get("echo"):
             choices = [_text_scored(prompts[0], body["logprobs"])]
         else:
-            text, finish = "".join(words), _finish(body, words)
             choices = [
-                {"index": i, "text": text, "finish_reason": finish} for i in range(len(prompts))
+                _text_generated(prompt, words, body, faults) | {"index": i}
+                for i, prompt in enumerate(prompts)
             ]
         reply = {"id": "cmpl-fake", "object": "text_completion", "created": 1700000000}
         reply |= {"model": MODEL, "system_fingerprint": FINGERPRINT, "choices": choices}

@@ -1,8 +1,10 @@
 """The kit against our own server over real HTTP: uvicorn on loopback, the real SmolLM2.
 
 On the transformers model with the trained SAE attached every extension is
-offered, so every check must pass. On the GGUF model (llama.cpp) scoring and
-steering are refused, so those checks must say "not offered", not fail.
+offered, so every check must pass. On the GGUF model (llama.cpp) steering,
+activations and probes are refused, so those checks must say "not offered", not
+fail; scoring, echo and generations with logprobs are served there too
+(contract 0.17.0, issue 42), so those checks must pass.
 The kit runs in process (`run`) and once as the `miserver-conformance` script.
 """
 
@@ -37,9 +39,6 @@ GGUF_NOT_OFFERED = {
     "probe_verdicts_reply",
     "probe_verdicts_stream_chunk",
     "probe_trace_context",
-    "completion_scoring_shape",
-    "chat_scoring_shape",
-    "scoring_needs_one_token",
     "inline_steering_hash",
     "circuit_rung_header",
     "circuit_member_hash",
@@ -62,7 +61,19 @@ CLUSTER = {
     "layer": 12,
     "features": [{"index": 3, "strength": 0.3}, {"index": 17, "strength": -12.5}],
 }
-GGUF_CHECKS = [*sorted(GGUF_NOT_OFFERED), "chat_stream_framing", "ignored_fields_reported"]
+GGUF_LOGPROBS = {  # served on llama.cpp since contract 0.17.0 (issue 42)
+    "completion_scoring_shape",
+    "chat_scoring_shape",
+    "logprobs_score_or_generate",
+    "chat_generation_logprobs",
+    "completion_echo_logprobs",
+}
+GGUF_CHECKS = [
+    *sorted(GGUF_NOT_OFFERED),
+    *sorted(GGUF_LOGPROBS),
+    "chat_stream_framing",
+    "ignored_fields_reported",
+]
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +159,10 @@ def gguf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_gguf_refusals_are_not_offered(gguf_server: str) -> None:
-    """OAI-SCORE-21, OAI-CSCORE-23, OAI-INL-24, OAI-VALID-17: on GGUF, scoring is refused
-    (field_not_honoured), no SAE can attach and no probe is armed, so those checks are
-    "not offered"; the
-    others still pass; exit 0."""
+    """OAI-INL-24, OAI-VALID-17: on GGUF no SAE can attach and no probe is armed, so those
+    checks are "not offered"; scoring, echo and generations with logprobs are served (issue 42:
+    contract 0.17.0 supersedes OAI-SCORE-21 and OAI-CSCORE-23), so their checks pass with the
+    others; exit 0."""
     report = run(gguf_server, checks=GGUF_CHECKS, max_examples=EXAMPLES)
     assert report.model == GGUF_MODEL_ID
     outcomes = {r.check.name: r.outcome for r in report.results}

@@ -29,7 +29,9 @@ EXTENSION_CHECKS = {
     "openapi_conformance",
     "completion_scoring_shape",
     "chat_scoring_shape",
-    "scoring_needs_one_token",
+    "logprobs_score_or_generate",
+    "chat_generation_logprobs",
+    "completion_echo_logprobs",
     "stream_steering_chunk",
     "steering_header_grammar",
     "inline_steering_hash",
@@ -55,6 +57,9 @@ CAUGHT = {
     "rung_grammar": ("circuit_rung_header", "OAI-RUNG-06"),
     "circuit_hash": ("circuit_member_hash", "OAI-CIRCUIT-09"),
     "cluster_hash": ("cluster_member_hash", "OAI-HASH-06"),
+    "logprobs_need_one_token": ("logprobs_score_or_generate", "OAI-SCORE-32"),
+    "logprobs_one_entry": ("chat_generation_logprobs", "OAI-CSCORE-14"),
+    "echo_first_scored": ("completion_echo_logprobs", "OAI-SCORE-15"),
 }
 
 
@@ -102,10 +107,12 @@ def test_each_fault_is_reported_by_requirement_id(
     fault: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """OAI-ERR-01, OAI-STREAM-02, OAI-STREAM-05, OAI-HDR-15, OAI-GRAM-03, OAI-HASH-19,
-    OAI-VALID-01, OAI-ACT-05, OAI-PROBE-03: the table marks the broken ID's row FAILED, the
-    details name the ID and say what was expected, and the exit status is 1. The old stream endings
-    (usage on the finish chunk and on a usage chunk; a steering chunk of its own with
-    created 0) and a body read as lenient JSON (contract 0.4.0) are faults now."""
+    OAI-VALID-01, OAI-ACT-05, OAI-PROBE-03, OAI-SCORE-15, OAI-SCORE-32, OAI-CSCORE-14: the table
+    marks the broken ID's row FAILED, the details name the ID and say what was expected, and the
+    exit status is 1. The old stream endings (usage on the finish chunk and on a usage chunk; a
+    steering chunk of its own with created 0), a body read as lenient JSON (contract 0.4.0) and
+    `logprobs` refused beside `max_tokens` other than 1 (contract 0.17.0, issue 42) are faults
+    now."""
     name, requirement = CAUGHT[fault]
     with serving(fake_app(frozenset({fault}))) as origin:
         code = main(
