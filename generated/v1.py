@@ -217,7 +217,7 @@ class Logprobs(RootModel[int]):
     root: Annotated[
         int,
         Field(
-            description="Scoring mode: how many alternatives of the next token to report (0–20). `false` is the no-change value (no scoring), as `null` (OAI-VALID-31).",
+            description="How many alternatives to report per token (0–20). With `max_tokens: 1` (or `allowed_token_ids`) this is scoring mode: the next token scored, nothing generated (OAI-SCORE); otherwise each generated token's (contract 0.17.0). `false` is the no-change value, as `null` (OAI-VALID-31).",
             ge=0,
             le=20,
         ),
@@ -352,17 +352,6 @@ class ChunkDelta(BaseModel):
             description="Text of the reply's reasoning span (LOC-CHAT-57), never also sent as content."
         ),
     ] = None
-
-
-class ChatChunkChoice(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    index: Annotated[int, Field(ge=0)]
-    delta: ChunkDelta
-    finish_reason: Annotated[
-        Literal["stop", "length", "tool_calls", "content_filter"] | None, Field(...)
-    ]
 
 
 class Model(BaseModel):
@@ -562,7 +551,7 @@ class CompletionLogprobs(BaseModel):
         extra="allow",
     )
     tokens: list[str]
-    token_logprobs: list[float]
+    token_logprobs: list[float | None]
     top_logprobs: list[dict[str, float]]
     text_offset: list[TextOffsetItem]
 
@@ -660,6 +649,18 @@ class ChatCompletion(BaseModel):
             description="What each armed probe found, one `mi.probe.result/v1` object per (probe, window, choice), sorted like X-miLLM-Probe-Verdicts; present only while a probe is armed (OAI-PROBE-05, OAI-PROBE-08), never on scoring (open point 38). On a stream it comes on its own `choices: []` chunk after the choices, before the `millm` and `millm_steering` chunks."
         ),
     ] = None
+
+
+class ChatChunkChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    index: Annotated[int, Field(ge=0)]
+    delta: ChunkDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: Annotated[
+        Literal["stop", "length", "tool_calls", "content_filter"] | None, Field(...)
+    ]
 
 
 class ChatCompletionChunk(BaseModel):
@@ -871,8 +872,20 @@ class ChatCompletionRequest(BaseModel):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    logprobs: bool | None = None
-    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    logprobs: Annotated[
+        bool | None,
+        Field(
+            description="Report log-probabilities. With `max_tokens: 1` (or `allowed_token_ids`) this is scoring mode: the next token scored, nothing generated (OAI-CSCORE); otherwise each generated token's, in `choices[].logprobs.content` (contract 0.17.0, docs/DECISIONS.md)."
+        ),
+    ] = None
+    top_logprobs: Annotated[
+        int | None,
+        Field(
+            description="Alternatives reported per token (needs `logprobs: true`).",
+            ge=0,
+            le=20,
+        ),
+    ] = None
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
     logit_bias: dict[str, float] | None = None
@@ -923,7 +936,12 @@ class CompletionRequest(BaseModel):
     top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
     n: Annotated[int | None, Field(ge=1, le=128)] = None
     best_of: Annotated[int | None, Field(ge=1)] = None
-    echo: bool | None = None
+    echo: Annotated[
+        bool | None,
+        Field(
+            description="The choice's text starts with the prompt's; with `logprobs`, the prompt's tokens lead its `logprobs`, the first with `null`. With `max_tokens: 0` the prompt is scored and nothing generated (contract 0.17.0)."
+        ),
+    ] = None
     suffix: str | None = None
     max_tokens: Annotated[
         int | None,
@@ -947,7 +965,7 @@ class CompletionRequest(BaseModel):
     logprobs: Annotated[
         Logprobs | bool | None,
         Field(
-            description="Scoring mode: how many alternatives of the next token to report (0–20). `false` is the no-change value (no scoring), as `null` (OAI-VALID-31)."
+            description="How many alternatives to report per token (0–20). With `max_tokens: 1` (or `allowed_token_ids`) this is scoring mode: the next token scored, nothing generated (OAI-SCORE); otherwise each generated token's (contract 0.17.0). `false` is the no-change value, as `null` (OAI-VALID-31)."
         ),
     ] = None
     top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None

@@ -12,7 +12,7 @@ client library catches the exception.
 
 The schemas declare no `additionalProperties: false`, so our extension members
 (`millm_*`, a model's `state`) pass as extras: nothing is stripped and the
-schemas are used as published, with two narrow adaptations that OpenAI's own
+schemas are used as published, with three narrow adaptations that OpenAI's own
 API needs too:
 
 - an embedding sent as base64 (`encoding_format: "base64"`, which the SDK asks
@@ -23,7 +23,11 @@ API needs too:
   `usage: null`: the schema is shared by both shapes and lists only final
   values, while OpenAI sends null until the last chunk (its `stream_options`
   documents "All other chunks will also include a usage field, but with a null
-  value"), as the chat chunk's schema allows.
+  value"), as the chat chunk's schema allows;
+- a text completion's `logprobs` may start with `null` in `token_logprobs`
+  and `top_logprobs`, for an echoed prompt's first token (`echo`), which
+  nothing predicts: OpenAI's legacy API answers so, while its schema types
+  the items as numbers and maps (docs/DECISIONS.md, contract 0.17.0).
 """
 
 from __future__ import annotations
@@ -127,6 +131,28 @@ def decoded_embeddings(body: Any) -> Any:
     return {**body, "data": [_decoded(item) for item in items]}
 
 
+def echoed_first(body: Any) -> Any:
+    """`body` with each choice's first `token_logprobs` and `top_logprobs` entry, when both
+    are null (an echoed prompt's first token, which nothing predicts), read as 0 and {}."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list):
+        return body
+    return {**body, "choices": [_first_filled(choice) for choice in choices]}
+
+
+def _first_filled(choice: Any) -> Any:
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    if not isinstance(logprobs, dict):
+        return choice
+    values, tops = logprobs.get("token_logprobs"), logprobs.get("top_logprobs")
+    if not (isinstance(values, list) and isinstance(tops, list) and values and tops):
+        return choice
+    if values[0] is not None or tops[0] is not None:
+        return choice
+    filled = {**logprobs, "token_logprobs": [0.0, *values[1:]], "top_logprobs": [{}, *tops[1:]]}
+    return {**choice, "logprobs": filled}
+
+
 def _decoded(item: Any) -> Any:
     if not isinstance(item, dict) or not isinstance(item.get("embedding"), str):
         return item
@@ -142,6 +168,8 @@ def _decoded(item: Any) -> Any:
 def violations(name: str, body: Any) -> list[str]:
     """Each way `body` fails `#/$defs/<name>`, most relevant first, as `<json path>: <why>`."""
     checked = decoded_embeddings(body) if name == "CreateEmbeddingResponse" else body
+    if name in ("CreateCompletionResponse", COMPLETION_CHUNK):
+        checked = echoed_first(checked)
     errors = list(validator(name).iter_errors(checked))
     if not errors:
         return []

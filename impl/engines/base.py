@@ -101,6 +101,12 @@ class SamplingParams:
     presence_penalty: float = 0.0
     constraint: Constraint | None = None
     top_k: int = 0  # sample among the k most likely tokens only; 0 is off
+    # (id, bias) pairs added to the logits before the pick and a grammar's mask; -100 bans
+    # the token, +100 allows only the tokens biased so (engines/logprobs.py, LogitBias)
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None  # each token's log-probability and its k best; None: none
+    # with the prompt's own (echo): each prompt token's after the first, and its k best
+    prompt_logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,18 +129,34 @@ class ConstraintUnsupported(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Logprobs:
+    """One position's log-probabilities (engines/logprobs.py): the token's own, then the `k`
+    best (id, log-probability), highest first. They are the log-softmax of the logits the
+    pick reads: after steering, the penalties, the logit bias and a grammar's mask; before
+    temperature, top_k and top_p. A prompt position's are the model's alone."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Token:
-    """One sampled token. `eos` is true for an end-of-sequence token."""
+    """One sampled token. `eos` is true for an end-of-sequence token; `logprobs` is set when
+    `SamplingParams.logprobs` asks for it."""
 
     token_id: int
     eos: bool
+    logprobs: Logprobs | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Prefilled:
-    """The first item `generate` yields: how many prompt tokens the KV cache already held."""
+    """The first item `generate` yields: how many prompt tokens the KV cache already held,
+    and with `SamplingParams.prompt_logprobs` the prompt's own log-probabilities (one per
+    prompt token after the first; the prefill then reuses no kept prefix)."""
 
     cached_tokens: int
+    prompt_logprobs: tuple[Logprobs, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +172,7 @@ class ScoreQuery:
     allowed: tuple[int, ...] | None = None
     alternatives: int = 0
     precision: str = "native"  # or "float32": a float32 copy of the model (OAI-F32)
+    prompt_logprobs: int | None = None  # echo: the prompt's own too, with their k best
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +185,7 @@ class Scored:
 
     best: tuple[int, float]
     alternatives: tuple[tuple[int, float], ...]
+    prompt: tuple[Logprobs, ...] = ()  # with `ScoreQuery.prompt_logprobs`, as Prefilled's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -133,10 +133,11 @@ def test_logprobs(client: OpenAI) -> None:
 def test_logprobs_stream(client: OpenAI) -> None:
     """Re-expresses llama.cpp tools/server/tests/unit/test_chat_completion.py::
     test_logprobs_stream (issue 42): the same chat streamed. The first chunk has the
-    assistant role and no content; no later chunk repeats the role; every chunk before
-    the finish carries `logprobs.content`, each entry with a log-probability <= 0, its
-    bytes and at least one alternative, and those entries' tokens spell the content
-    those chunks carry."""
+    assistant role and no text (llama.cpp's case asks `null`; OpenAI's stream, which
+    miserver follows, OAI-STREAM-04, sends ""), and no logprobs; no later chunk repeats
+    the role; every chunk before the finish carries `logprobs.content`, each entry with a
+    log-probability <= 0, its bytes and at least one alternative, and those entries'
+    tokens spell the content those chunks carry."""
     stream = client.chat.completions.create(
         model=GGUF_ID,
         temperature=0.0,
@@ -152,8 +153,8 @@ def test_logprobs_stream(client: OpenAI) -> None:
         if not chunk.choices:
             continue
         choice = chunk.choices[0]
-        if i == 0:
-            assert choice.delta.content is None
+        if i == 0:  # llama.cpp's role chunk says `content: null`; OpenAI's (and ours) ""
+            assert not choice.delta.content
             assert choice.delta.role == "assistant"
             continue
         assert choice.delta.role is None

@@ -78,9 +78,17 @@ def test_chat_logprobs(sdk: OpenAI) -> None:
 
 
 def test_scoring_refusal_is_an_sdk_error(sdk: OpenAI) -> None:
-    """OAI-SCORE-32: `logprobs` with `max_tokens` 100 raises BadRequestError, never text."""
+    """OAI-SCORE-09: `allowed_token_ids` (scoring only) with `max_tokens` 100 raises
+    BadRequestError, never text. (`logprobs` alone with `max_tokens` 100 generates since
+    contract 0.17.0: OAI-SCORE-32 is superseded, docs/DECISIONS.md.)"""
     with pytest.raises(openai.BadRequestError) as caught:
-        sdk.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=100, logprobs=5)
+        sdk.completions.create(
+            model=MODEL_ID,
+            prompt=PROMPT,
+            max_tokens=100,
+            logprobs=5,
+            extra_body={"allowed_token_ids": [1, 2]},
+        )
     error = caught.value.body
     assert isinstance(error, dict)
     assert error["code"] == "invalid_parameter"  # a scoring rule: REQ-000 open point 9

@@ -204,8 +204,7 @@ def test_an_id_outside_the_vocabulary_is_named(
         error = error_of(client.post(CMPL, json=body), 400, "invalid_parameter", param)
         assert str(VOCAB - 1) in error["message"]
     scoring = {"model": model, "prompt": prompt, "max_tokens": 1, "logprobs": 1}
-    if model == MODEL_ID:  # scoring is transformers only (OAI-SCORE-21)
-        error_of(client.post(CMPL, json=scoring), 400, "invalid_parameter", param)
+    error_of(client.post(CMPL, json=scoring), 400, "invalid_parameter", param)  # both score
 
 
 @pytest.mark.parametrize(

@@ -176,10 +176,11 @@ def test_keywords_and_limits_are_refused_before_any_load(bare_client: TestClient
 
 
 def test_scoring_and_batching_stay_refused_on_gguf(bare_client: TestClient) -> None:
-    """OAI-SCORE-21, OAI-VALID-17 (open point 3): GGUF still refuses scoring and
-    `extra_messages` with field_not_honoured, before any load, with a response_format too."""
+    """OAI-SCORE-30 (open point 10), OAI-VALID-17 (open point 3): a GGUF scoring request
+    (served since contract 0.17.0) with a response_format is refused as on transformers, and
+    `extra_messages` with field_not_honoured, before any load."""
     scoring = ask(bare_client, JSON_OBJECT, logprobs=True, max_tokens=1)
-    error_of(scoring, 400, "field_not_honoured", "logprobs")
+    error_of(scoring, 400, "response_format_unsupported", "response_format")
     batched = ask(bare_client, JSON_OBJECT, extra_messages=[user("Hi")])
     error_of(batched, 400, "field_not_honoured", "extra_messages")
     assert_nothing_loaded(bare_client)

@@ -122,7 +122,8 @@ def render(engine: LlamaCppEngine, messages: list[dict[str, Any]]) -> list[int]:
 
 
 def test_facts_are_honest(engine: LlamaCppEngine) -> None:
-    """OAI-GGUF-01, OAI-SEED-14, OAI-SEED-16: facts from the file, the dtype not guessed."""
+    """OAI-GGUF-01, OAI-SEED-14, OAI-SEED-16: facts from the file, the dtype not guessed;
+    its capabilities those of the protocols it implements."""
     facts = engine.facts
     assert re.fullmatch(r"[0-9a-f]{8}", facts.revision)
     assert facts.revision == gguf.fingerprint(smollm2_gguf())[:8]
@@ -133,9 +134,20 @@ def test_facts_are_honest(engine: LlamaCppEngine) -> None:
         engine.capabilities
         == CAPABILITIES
         == frozenset(
-            {"generate", "chat", "decide", "embeddings", "seed", "structured_output", "tools"}
+            {
+                "generate",
+                "chat",
+                "decide",
+                "embeddings",
+                "seed",
+                "structured_output",
+                "tools",
+                "scoring",  # contract 0.17.0 (docs/DECISIONS.md): native precision only
+                "batched_chat",  # by the protocol; the field matrix refuses extra_messages
+            }
         )
     )
+    assert engine.scoring_precisions == frozenset({"native"})
 
 
 def test_unloadable_files_raise(tmp_path: Path) -> None:

@@ -538,18 +538,22 @@ NOT_HONOURED = "field_not_honoured"
 @pytest.mark.parametrize(
     ("path", "body", "code", "param"),
     [
-        (COMPLETIONS, cmpl(max_tokens=5), RULE, "max_tokens"),
-        (COMPLETIONS, cmpl(max_tokens=100, logprobs=5), RULE, "max_tokens"),
-        (COMPLETIONS, cmpl(max_tokens=None), RULE, "max_tokens"),
-        (COMPLETIONS, cmpl(max_tokens=None, max_completion_tokens=2), RULE, "max_tokens"),
+        (COMPLETIONS, cmpl(max_tokens=5, allowed_token_ids=[1, 2]), RULE, "max_tokens"),
+        (COMPLETIONS, cmpl(max_tokens=None, allowed_token_ids=[1]), RULE, "max_tokens"),
+        (
+            COMPLETIONS,
+            cmpl(max_tokens=None, max_completion_tokens=2, allowed_token_ids=[1]),
+            RULE,
+            "max_tokens",
+        ),
         (
             COMPLETIONS,
             cmpl(logprobs=None, allowed_token_ids=[1], max_tokens=2),
             RULE,
             "max_tokens",
         ),
-        (CHAT, chat(max_tokens=2), RULE, "max_tokens"),
-        (CHAT, chat(max_tokens=None), RULE, "max_tokens"),
+        (CHAT, chat(max_tokens=2, allowed_token_ids=[1]), RULE, "max_tokens"),
+        (CHAT, chat(max_tokens=None, allowed_token_ids=[1]), RULE, "max_tokens"),
         (COMPLETIONS, cmpl(n=2), NOT_HONOURED, "n"),
         (CHAT, chat(n=2), RULE, "n"),
         (COMPLETIONS, cmpl(stream=True), RULE, "stream"),
@@ -589,7 +593,6 @@ NOT_HONOURED = "field_not_honoured"
     ],
     ids=[
         "OAI-SCORE-09-max_tokens-5",
-        "OAI-SCORE-32-logprobs-5-max_tokens-100",
         "OAI-SCORE-09-max_tokens-absent",
         "OAI-SCORE-09-max_completion_tokens-2",
         "OAI-SCORE-09-allowed-max_tokens-2",
@@ -621,10 +624,13 @@ NOT_HONOURED = "field_not_honoured"
 def test_scoring_refusals_before_any_load(
     bare_client: TestClient, path: str, body: dict[str, Any], code: str, param: str
 ) -> None:
-    """OAI-SCORE-09/10/19/26..30/32, OAI-CSCORE-04..08/24: 400 naming the field, no load.
+    """OAI-SCORE-09/10/19/26..30, OAI-CSCORE-04..08/24: 400 naming the field, no load.
 
     A broken scoring rule is `invalid_parameter` (REQ-000 open point 9); OAI-ERR-16 keeps
-    `invalid_scoring_request` for ids outside the vocabulary (negative ones here)."""
+    `invalid_scoring_request` for ids outside the vocabulary (negative ones here). Since
+    contract 0.17.0 `logprobs` with `max_tokens` other than 1 generates (OAI-SCORE-32 is
+    superseded, docs/DECISIONS.md), so the `max_tokens` rule is held with
+    `allowed_token_ids`, which only scoring takes."""
     body = {k: v for k, v in body.items() if v is not None}
     error_of(bare_client.post(path, json=body), 400, code, param)
     assert_nothing_loaded(bare_client)
@@ -633,38 +639,20 @@ def test_scoring_refusals_before_any_load(
 @pytest.mark.parametrize(
     ("path", "body", "param"),
     [
-        (COMPLETIONS, {"prompt": PROMPT, "logprobs": 2}, "logprobs"),
-        (COMPLETIONS, {"prompt": PROMPT, "allowed_token_ids": [1, 2]}, "allowed_token_ids"),
-        (CHAT, {"messages": USER, "logprobs": True}, "logprobs"),
-        (CHAT, {"messages": USER, "allowed_token_ids": [1, 2]}, "allowed_token_ids"),
-        (
-            CHAT,
-            {"messages": USER, "logprobs": True, "top_logprobs": 2},
-            "logprobs",
-        ),
+        (COMPLETIONS, {"prompt": PROMPT, "logprobs": 2, "scoring_precision": "float32"},
+         "scoring_precision"),
+        (CHAT, {"messages": USER, "logprobs": True, "extra_messages": [USER]}, "extra_messages"),
     ],
-    ids=[
-        "OAI-SCORE-21-logprobs",
-        "OAI-SCORE-21-allowed",
-        "OAI-CSCORE-23-logprobs",
-        "OAI-CSCORE-23-allowed",
-        "OAI-CSCORE-23-top_logprobs",
-    ],
-)
-def test_gguf_refuses_scoring_before_loading(
+    ids=["OAI-VALID-30-gguf", "OAI-VALID-17-gguf"],
+)  # fmt: skip
+def test_gguf_refuses_float32_and_batched_scoring_before_loading(
     bare_client: TestClient, path: str, body: dict[str, Any], param: str
 ) -> None:
-    """OAI-SCORE-21, OAI-CSCORE-23: scoring on the GGUF is 400 and loads nothing."""
+    """OAI-VALID-30, OAI-VALID-17: GGUF scores since contract 0.17.0 (OAI-SCORE-21 and
+    OAI-CSCORE-23 are superseded, docs/DECISIONS.md), but not from a float32 copy, and not
+    `extra_messages`: 400 field_not_honoured naming the field, before any load."""
     response = bare_client.post(path, json={"model": GGUF_ID, "max_tokens": 1, **body})
     error_of(response, 400, NOT_HONOURED, param)
-    assert_nothing_loaded(bare_client)
-
-
-def test_gguf_refuses_logprobs_zero_before_loading(bare_client: TestClient) -> None:
-    """OAI-SCORE-21: `logprobs: 0` is a scoring request too; the GGUF refuses it unloaded."""
-    body = {"model": GGUF_ID, "prompt": PROMPT, "max_tokens": 1, "logprobs": 0}
-    response = bare_client.post(COMPLETIONS, json=body)
-    error_of(response, 400, NOT_HONOURED, "logprobs")  # today: 500 internal_error
     assert_nothing_loaded(bare_client)
 
 

@@ -137,14 +137,43 @@ def test_chat_template_kwargs_is_reported_on_gguf() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("logprobs", True), ("steering", {})],
-    ids=["OAI-VALID-17", "OAI-VALID-24"],
+    [("steering", {}), ("extra_messages", [USER])],
+    ids=["OAI-VALID-24", "OAI-VALID-17-extra_messages"],
 )
 def test_gguf_column_refuses(field: str, value: Any) -> None:
-    """OAI-VALID-15: the GGUF column of the matrix refuses scoring and steering."""
+    """OAI-VALID-15: the GGUF column of the matrix refuses steering and batched chat."""
     with pytest.raises(FieldNotHonoured) as info:
         review("chat", {"model": "m", "messages": USER, field: value}, "gguf", LLAMACPP_CAPS)
     assert info.value.param == field
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "field", "value"),
+    [
+        ("chat", "logprobs", True),
+        ("chat", "top_logprobs", 2),
+        ("chat", "allowed_token_ids", [1]),
+        ("chat", "logit_bias", {"1": 5}),
+        ("completions", "logprobs", 2),
+        ("completions", "echo", True),
+        ("completions", "logit_bias", {"1": 5}),
+    ],
+    ids=[
+        "OAI-VALID-17-chat-logprobs",
+        "top_logprobs",
+        "OAI-VALID-17-chat-allowed",
+        "OAI-VALID-29-chat",
+        "OAI-VALID-17-completions",
+        "echo",
+        "OAI-VALID-29-completions",
+    ],
+)
+def test_gguf_column_honours_logprobs(endpoint: str, field: str, value: Any) -> None:
+    """Contract 0.17.0 (docs/DECISIONS.md; OAI-VALID-17's GGUF refusal and OAI-VALID-29 are
+    superseded): the GGUF column honours logprobs, scoring, echo and logit_bias."""
+    body = {"model": "m", field: value}
+    body.update({"messages": USER} if endpoint == "chat" else {"prompt": "Hi"})
+    assert review(endpoint, body, "gguf", LLAMACPP_CAPS) == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from miserver.engines.base import NonFiniteLogits, Scored, ScoreQuery
-from miserver.engines.transformers.scoring import scored
+from miserver.engines.logprobs import scored
 from miserver.errors import ApiError
 from miserver.serving.completions.scoring import ScoringAsk, ScoringReply, check_mode, unused_fields
 
@@ -89,7 +89,7 @@ SCORED = Scored(
 
 def test_equal_texts_share_one_entry_with_summed_probability() -> None:
     """OAI-SCORE-18: two ids decoding alike share one entry (log of summed probabilities)."""
-    choice = reply("completions").choice(0, SCORED, 11)
+    choice = reply("completions").choice(0, SCORED, "x" * 11, [5])
     top = choice["logprobs"]["top_logprobs"][0]
     assert set(top) == {"yes", "no"}
     assert math.isclose(math.exp(top["yes"]), 0.8) and math.isclose(math.exp(top["no"]), 0.2)
@@ -99,14 +99,15 @@ def test_equal_texts_share_one_entry_with_summed_probability() -> None:
 
 def test_token_ids_keep_entries_apart() -> None:
     """OAI-SCORE-07: `token_id:<id>` keys never merge."""
-    top = reply("completions", as_ids=True).choice(0, SCORED, 0)["logprobs"]["top_logprobs"][0]
+    choice = reply("completions", as_ids=True).choice(0, SCORED, "", [5])
+    top = choice["logprobs"]["top_logprobs"][0]
     assert list(top) == ["token_id:1", "token_id:2", "token_id:3"]
 
 
 def test_chat_entries_carry_bytes() -> None:
     """OAI-CSCORE-13..17: one content entry; bytes are the decoded text's UTF-8."""
     result = Scored(best=(4, -0.1), alternatives=((4, -0.1), (3, -2.4)))
-    choice = reply("chat", as_ids=True).choice(0, result, 0)
+    choice = reply("chat", as_ids=True).choice(0, result, "", [5])
     [entry] = choice["logprobs"]["content"]
     assert entry["token"] == "token_id:4" and entry["bytes"] == [0xC3, 0xA9]
     assert [t["token"] for t in entry["top_logprobs"]] == ["token_id:4", "token_id:3"]

@@ -52,7 +52,7 @@ from ..base import SamplingParams, Token
 from ..grammar import Guide
 from ..rows import prompt_row
 from .batches import put
-from .sampling import Logits, Penalties, Sampler, is_no_op_penalty, sampler
+from .sampling import Logits, Picking
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -63,9 +63,7 @@ class Row:
     held: list[int]  # the ids its KV holds, in order
     last: Token  # the newest token picked, not yet fed
     budget: int  # tokens it may generate: max_tokens, cut to what the window leaves
-    sampler: Sampler
-    penalties: Penalties | None = None
-    guide: Guide | None = None
+    picking: Picking  # its penalties, bias, grammar, sampler and logprobs (sampling.py)
     cached: int = 0  # prompt tokens its sequence already held
     open: bool = True
 
@@ -136,7 +134,7 @@ class Rows:
             for row in rows:
                 if row is not None:  # its sequence free again, holding what its KV surely does
                     row.open = False
-                    row.sampler.close()
+                    row.picking.close()
                     self._sequences[row.seq].row = None
                     self._sequences[row.seq].held = row.held[: row.cached]
             raise
@@ -165,17 +163,12 @@ class Rows:
         seed: int | None,
         guide: Guide | None,
     ) -> Row:
-        penalties = None
-        if not is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
-            penalties = Penalties(params.frequency_penalty, params.presence_penalty)
         return Row(
             seq=seq,
             held=ids,
             last=Token(token_id=-1, eos=False),
             budget=min(params.max_tokens, self.window - len(ids)),
-            sampler=sampler(params, seed),
-            penalties=penalties,
-            guide=guide,
+            picking=Picking(params, seed, guide),
             cached=kept,
         )
 
@@ -187,8 +180,7 @@ class Rows:
         rows = sorted(rows, key=lambda row: row.seq)  # one micro-batch, not one per row
         for i, row in enumerate(rows):
             token = row.last.token_id
-            if row.penalties is not None:
-                row.penalties.add(token)
+            row.picking.took(token)
             put(batch, i, token, len(row.held), row.seq, True)
             row.held.append(token)
         batch.n_tokens = len(rows)
@@ -201,7 +193,7 @@ class Rows:
         if not row.open:
             return
         row.open = False
-        row.sampler.close()
+        row.picking.close()
         sequence = self._sequences[row.seq]
         sequence.held, sequence.row = row.held, None
         # a hole left inside the block is filled by a joiner, or at the next step (`_compact`):
@@ -322,17 +314,5 @@ class Rows:
             raise RuntimeError(f"llama_decode failed ({status})")
 
     def _pick(self, row: Row, index: int) -> Token:
-        """Row's next token from the logits at batch `index`: penalties, then the guide's
-        mask, are written into the row the sampler reads."""
-        if row.penalties is not None or row.guide is not None:
-            view = self._logits.row(index)
-            if row.penalties is not None:
-                row.penalties.apply(view)
-            if row.guide is not None:
-                row.guide.mask_row(view)
-        token_id = row.sampler.pick(self._logits, index)
-        if row.guide is not None:
-            row.guide.advance(token_id)
-        return Token(
-            token_id=token_id, eos=bool(llama_cpp.llama_vocab_is_eog(self._vocab, token_id))
-        )
+        """Row's next token from the logits at batch `index` (`Picking`, as the serial path)."""
+        return row.picking.pick(self._logits, index, self._vocab)

@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NoReturn
 
 import llama_cpp
 import numpy as np
+import torch
 
-from ..base import Token
-from ..grammar import Guide
+from ..base import Logprobs, Scored, ScoreQuery, Token
+from ..logprobs import of_rows, scored
 from .batches import fill
-from .sampling import Logits, Penalties, Sampler
+from .sampling import Logits, Picking
 
 
 class Context:
@@ -142,27 +144,49 @@ class Context:
         llama.n_tokens = kept
         return kept
 
-    def pick(
-        self,
-        sampler: Sampler,
-        penalties: Penalties | None,
-        guide: Guide | None = None,
-    ) -> Token:
-        """The next token after what the cache holds (call right after `hold`).
+    def pick(self, picking: Picking) -> Token:
+        """The next token after what the cache holds (call right after `hold`)."""
+        if self._closed:
+            raise RuntimeError("the llama.cpp context is closed")
+        return picking.pick(self._logits, -1, self.vocab)
 
-        The penalties, then the guide's mask, are written into the logits row the
-        sampler reads; the guide then advances by the token picked.
-        """
-        if penalties is not None or guide is not None:
-            row = self._logits.row(-1)
-            if penalties is not None:
-                penalties.apply(row)
-            if guide is not None:
-                guide.mask_row(row)
-        token_id = sampler.pick(self._logits, -1)
-        if guide is not None:
-            guide.advance(token_id)
-        return Token(token_id=token_id, eos=self.is_eog(token_id))
+    def hold_scored(self, ids: Sequence[int], owner: object, k: int) -> list[Logprobs]:
+        """Make the KV cache hold exactly `ids`, all of them run now with every position's
+        logits kept: each id after the first gets its log-probability and its `k` best
+        (engines/logprobs.py), read chunk by chunk as each batch is decoded."""
+        if self._closed:
+            raise RuntimeError("the llama.cpp context is closed")
+        llama, batch = self.llama, self._batch
+        self._keep_prefix(())
+        self._owner = owner
+        llama._ctx.kv_cache_seq_rm(-1, 0, -1)
+        out: list[Logprobs] = []
+        for first in range(0, len(ids), self._n_batch):
+            chunk = ids[first : first + self._n_batch]
+            fill(batch, chunk, first, 0, len(ids) - 1, every=True)
+            status = llama_cpp.llama_decode(self._ctx, batch)
+            if status != 0:
+                self._failed(first, status)
+            llama.input_ids[first : first + len(chunk)] = chunk
+            llama.n_tokens = first + len(chunk)
+            rows = self._logits.rows(len(chunk))
+            following = ids[first + 1 : first + len(chunk) + 1]
+            out.extend(of_rows(torch.from_numpy(rows[: len(following)]), following, k))
+        return out
+
+    def score(self, ids: Sequence[int], query: ScoreQuery) -> Scored:
+        """Next-token scoring (OAI-SCORE): the whole of `ids` run now (nothing the cache held
+        is reused, so the same request scores the same), the last position's logits scored
+        (engines/logprobs.py); with `query.prompt_logprobs` (echo), every position's."""
+        with self.lock:
+            owner = object()
+            if query.prompt_logprobs is None:
+                self.hold(ids, owner, reuse=False)
+                prompt: tuple[Logprobs, ...] = ()
+            else:
+                prompt = tuple(self.hold_scored(ids, owner, query.prompt_logprobs))
+            result = scored(torch.from_numpy(self._logits.row(-1)), query)
+        return replace(result, prompt=prompt)
 
     def eog_ids(self) -> list[int]:
         """Every end-of-generation token id of the vocabulary."""

@@ -11,18 +11,22 @@ next request.
 A seeded request (`seed` given) prefills in full, reusing nothing, and
 samples with a `dist` seeded with `seed`: the same seed, prompt and model
 give the same tokens, whatever the cache held before. With a `guide`, every
-token its grammar forbids is masked (after the penalties, before the
-chain), and the guide advances by each token picked.
+token its grammar forbids is masked (after the penalties and the logit bias,
+before the chain), and the guide advances by each token picked
+(`sampling.Picking`). With `prompt_logprobs` (echo) the whole prompt runs
+again with every position's logits kept (`Context.hold_scored`), and the
+`Prefilled` carries the prompt's log-probabilities; `max_tokens` 0 then
+generates nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
-from ..base import Prefilled, SamplingParams, Token
+from ..base import Logprobs, Prefilled, SamplingParams, Token
 from ..grammar import Guide
 from .context import Context
-from .sampling import Penalties, is_no_op_penalty, sampler
+from .sampling import Picking
 
 
 def decode(
@@ -43,27 +47,31 @@ def decode(
     if len(sequence) > window:
         raise ValueError(f"the prompt holds {len(sequence)} tokens; the window is {window}")
     budget = min(params.max_tokens, window - len(sequence))
-    penalties = _penalties(params)
-    picker = sampler(params, seed)
+    picking = Picking(params, seed, guide)
     reuse = seed is None
+    echo = params.prompt_logprobs
     me = object()
     try:
+        prompt: tuple[Logprobs, ...] = ()
         with context.lock:  # the first token is picked with the prefill, under one lock
-            cached = context.hold(sequence, me, reuse)
-            token = context.pick(picker, penalties, guide)
-        yield Prefilled(cached_tokens=cached)
+            if echo is None:
+                cached = context.hold(sequence, me, reuse)
+            else:
+                cached, prompt = 0, tuple(context.hold_scored(sequence, me, echo))
+            token = context.pick(picking) if budget > 0 else None
+        yield Prefilled(cached_tokens=cached, prompt_logprobs=prompt)
         for left in range(budget, 0, -1):
+            assert token is not None
             yield token
             if token.eos or left == 1:
                 return
             sequence.append(token.token_id)
-            if penalties is not None:
-                penalties.add(token.token_id)
+            picking.took(token.token_id)
             with context.lock:
                 context.hold(sequence, me, reuse)
-                token = context.pick(picker, penalties, guide)
+                token = context.pick(picking)
     finally:
-        picker.close()
+        picking.close()
 
 
 def check_ids(token_ids: Sequence[int], n_vocab: int) -> None:
@@ -71,9 +79,3 @@ def check_ids(token_ids: Sequence[int], n_vocab: int) -> None:
     if token_ids and (min(token_ids) < 0 or max(token_ids) >= n_vocab):
         bad = next(i for i in token_ids if not 0 <= i < n_vocab)
         raise ValueError(f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
-
-
-def _penalties(params: SamplingParams) -> Penalties | None:
-    if is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
-        return None
-    return Penalties(params.frequency_penalty, params.presence_penalty)

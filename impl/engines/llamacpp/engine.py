@@ -14,6 +14,7 @@ from ..base import (
     NO_HOOKS,
     BatchRow,
     Capability,
+    Capture,
     ChatPrompt,
     Constraint,
     Decision,
@@ -24,6 +25,8 @@ from ..base import (
     Prefilled,
     Rng,
     SamplingParams,
+    Scored,
+    ScoreQuery,
     Token,
 )
 from ..capabilities import capabilities_of
@@ -42,8 +45,10 @@ logger = logging.getLogger(__name__)
 
 class LlamaCppEngine:
     """A GGUF model in one llama.cpp context, whose KV cache is kept across requests: a
-    `Decider`, `Embedder` and `Constrainer` (engines/capabilities.py). It runs no hooks:
-    nothing steers it, reads its layers or scores on it."""
+    `Scorer`, `Decider`, `Embedder` and `Constrainer` (engines/capabilities.py). It runs no
+    hooks: nothing steers it or reads its layers."""
+
+    scoring_precisions = frozenset({"native"})  # no float32 copy of a quantized model (OAI-F32)
 
     def __init__(
         self,
@@ -147,6 +152,18 @@ class LlamaCppEngine:
         seed = None if rng is None else rng.next()
         return decode(self.context, prompt_ids, params, seed=seed, guide=guide)
 
+    def score(
+        self, prompt_ids: Sequence[int], query: ScoreQuery, capture: Capture | None = None
+    ) -> Scored:
+        """One pass over the whole prompt, unsteered (nothing steers this engine); a capture
+        is refused (OAI-ACT-24)."""
+        if capture is not None:
+            raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")
+        if query.precision != "native":
+            raise ValueError("the llama.cpp engine scores at its native precision only")
+        check_ids(prompt_ids, self._facts.vocab_size)
+        return self.context.score(prompt_ids, query)
+
     @property
     def grammars(self) -> Grammars:
         """llguidance over this model's vocabulary; fails once closed."""
@@ -248,6 +265,8 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         """What `Rows` takes for a joiner: its grammar and seed made as the serial path makes
         them; refused if it has hooks, or holds an id out of the vocabulary."""
         _refuse(joiner.hooks)
+        if joiner.params.prompt_logprobs is not None:
+            raise ValueError("a row reports no prompt logprobs: echo runs on the serial path")
         rng = joiner.rng
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")

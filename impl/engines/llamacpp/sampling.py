@@ -35,9 +35,12 @@ from typing import Any
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
+import torch
 from llama_cpp import _internals
 
-from ..base import SamplingParams
+from ..base import Logprobs, SamplingParams, Token
+from ..grammar import Guide
+from ..logprobs import LogitBias, logit_bias, of_row
 
 MAX_VIEWS = 1024  # row views a context keeps (a batch of rows has one per row)
 
@@ -137,6 +140,51 @@ class Penalties:
         logits[ids] = np.where(seen > 0, seen / factors, seen * factors)
 
 
+class Picking:
+    """One generation's way from a logits row to its next token, on the serial path
+    (context.Context.pick) and on a row of the batch (batch.Rows) alike: the penalties, the
+    logit bias, then the grammar's mask are written into the row the sampler reads; the
+    token's log-probabilities (engines/logprobs.py) are read off that row when asked for;
+    the guide then advances by the token picked."""
+
+    def __init__(self, params: SamplingParams, seed: int | None, guide: Guide | None) -> None:
+        self.sampler = sampler(params, seed)
+        self.guide = guide
+        self._penalties: Penalties | None = None
+        if not is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
+            self._penalties = Penalties(params.frequency_penalty, params.presence_penalty)
+        self._bias: LogitBias | None = logit_bias(params.logit_bias)
+        self._logprobs = params.logprobs
+        self._writes = self._penalties is not None or guide is not None or self._bias is not None
+
+    def took(self, token_id: int) -> None:
+        """`token_id` was generated (and is fed now): the penalties count it."""
+        if self._penalties is not None:
+            self._penalties.add(token_id)
+
+    def pick(self, logits: Logits, index: int, vocab: Any) -> Token:
+        """The token after the batch's `index`th logits row (-1: the last)."""
+        row = logits.row(index) if self._writes or self._logprobs is not None else None
+        if self._writes and row is not None:
+            if self._penalties is not None:
+                self._penalties.apply(row)
+            if self._bias is not None:
+                self._bias.apply(torch.from_numpy(row))
+            if self.guide is not None:
+                self.guide.mask_row(row)
+        token_id = self.sampler.pick(logits, index)
+        logprobs: Logprobs | None = None
+        if row is not None and self._logprobs is not None:
+            logprobs = of_row(torch.from_numpy(row), token_id, self._logprobs)
+        if self.guide is not None:
+            self.guide.advance(token_id)
+        eos = bool(llama_cpp.llama_vocab_is_eog(vocab, token_id))
+        return Token(token_id=token_id, eos=eos, logprobs=logprobs)
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
 class Logits:
     """A llama.cpp context's logits rows, as numpy views of llama.cpp's own buffer.
 
@@ -148,8 +196,19 @@ class Logits:
 
     def __init__(self, ctx: Any, n_vocab: int) -> None:
         self.ctx = ctx
+        self._n_vocab = n_vocab
         self._row_type = ctypes.c_float * n_vocab
         self._views: dict[int, npt.NDArray[np.float32]] = {}
+
+    def rows(self, n: int) -> npt.NDArray[np.float32]:
+        """The last batch's `n` logits rows ([n, vocab]), when each of its `n` tokens kept
+        its logits; a view of llama.cpp's buffer, valid until the next decode."""
+        pointer = llama_cpp.llama_get_logits(self.ctx)
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        if not address:
+            raise RuntimeError("llama.cpp holds no logits")
+        block = (ctypes.c_float * (n * self._n_vocab)).from_address(address)
+        return np.frombuffer(memoryview(block), dtype=np.float32).reshape(n, self._n_vocab)
 
     def row(self, index: int) -> npt.NDArray[np.float32]:
         """The batch's `index`th row (-1: the last): what is written to it, a pick reads."""

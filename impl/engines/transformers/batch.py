@@ -52,8 +52,7 @@ class Row:
     ids: list[int]  # the ids its KV holds, in order (the newest token is not fed yet)
     last: Token  # the newest token picked, not yet fed
     budget: int  # tokens it may generate: max_tokens, cut to what the window leaves
-    sampler: Sampler
-    guide: Guide | None = None
+    sampler: Sampler  # its penalties, bias, grammar and logprobs (decoding.py)
     steering: SteeringSource | None = None
     monitor: Monitor | None = None  # what the row's probes read (engines/monitor.py)
     key: Hashable = ()  # the steering state its prefill ran under (for reuse of its KV)
@@ -111,7 +110,6 @@ class Rows:
             last=Token(token_id=-1, eos=False),
             budget=min(params.max_tokens, self.window - len(ids)),
             sampler=Sampler(params, rng, guide),
-            guide=guide,
             steering=steering,
             monitor=monitor,
             key=key,
@@ -244,10 +242,8 @@ class Rows:
         self._mask = torch.zeros((0, 0), dtype=torch.long)
 
     def _pick(self, row: Row, logits: torch.Tensor) -> Token:
-        token_id = row.sampler.next_id(logits)
-        if row.guide is not None:
-            row.guide.advance(token_id)
-        return Token(token_id=token_id, eos=token_id in self._settings.eos_ids)
+        token_id, logprobs = row.sampler.pick(logits)  # the guide advanced with the pick
+        return Token(token_id=token_id, eos=token_id in self._settings.eos_ids, logprobs=logprobs)
 
 
 def _layers(cache: DynamicCache) -> list[DynamicLayer]:

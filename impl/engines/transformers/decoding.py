@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ..base import Prefilled, SamplingParams, Token
+from ..base import Logprobs, Prefilled, SamplingParams, Token
+from ..logprobs import logit_bias, of_row, of_rows
 from .grammar import Guide
-from .prefix import PrefixCache
+from .prefix import Held, PrefixCache
 from .sampling import apply_penalties, is_no_op_penalty, pick
 
 
@@ -63,7 +64,7 @@ class Counts:
 
 
 class Sampler:
-    """One request's step from a pass's logits to its next token id."""
+    """One request's step from a pass's logits to its next token id (and its logprobs)."""
 
     def __init__(
         self, params: SamplingParams, rng: torch.Generator | None, guide: Guide | None
@@ -73,20 +74,32 @@ class Sampler:
         self._rng = rng
         self._guide = guide
         self._penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
+        self._bias = logit_bias(params.logit_bias)
 
-    def next_id(self, logits: torch.Tensor) -> int:
-        """Apply the penalties, then the grammar's mask, then pick (temperature, top_p, top_k)."""
-        if self._penalized:
-            logits = self.counts.penalize(logits, self._params)
+    def pick(self, logits: torch.Tensor) -> tuple[int, Logprobs | None]:
+        """Apply the penalties, the logit bias, then the grammar's mask, then pick (temperature,
+        top_p, top_k); the token's log-probabilities when the request asks for them, of the
+        logits the pick read (engines/logprobs.py). The guide advances by the token picked;
+        `logits` may be written over."""
+        with torch.inference_mode():
+            if self._penalized:
+                logits = self.counts.penalize(logits, self._params)
+            if self._bias is not None:
+                self._bias.apply(logits)
+            if self._guide is not None:
+                logits = self._guide.mask(logits)
+            token_id = pick(
+                logits,
+                temperature=self._params.temperature,
+                top_p=self._params.top_p,
+                rng=self._rng,
+                top_k=self._params.top_k,
+            )
+            k = self._params.logprobs
+            logprobs = None if k is None else of_row(logits, token_id, k)
         if self._guide is not None:
-            logits = self._guide.mask(logits)
-        return pick(
-            logits,
-            temperature=self._params.temperature,
-            top_p=self._params.top_p,
-            rng=self._rng,
-            top_k=self._params.top_k,
-        )
+            self._guide.advance(token_id)
+        return token_id, logprobs
 
 
 def decode(
@@ -101,41 +114,60 @@ def decode(
     guide: Guide | None = None,
     reuse: bool = True,
 ) -> Generator[Prefilled | Token, None, None]:
-    """Yield up to `params.max_tokens` tokens; stop after an EOS.
+    """Yield a `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOS.
 
-    With a `guide`, every token its grammar forbids is masked before sampling
-    (after the penalties, before temperature and top_p), and the guide
-    advances by each token sampled.
-
-    The cache comes from `prefix` when the generator starts and goes back to
-    it when the generator finishes, also when closed: closing raises
-    GeneratorExit at the pending `yield`, so no further pass runs. A seeded
-    request (`rng` given) reuses nothing, nor does one with `reuse` false
-    (a capture must see every prompt position run).
+    A `guide` masks what its grammar forbids (after the penalties and the logit
+    bias, before temperature and top_p) and advances by each token. With echo
+    (`params.prompt_logprobs`) the whole prompt runs with every position's
+    logits, and the `Prefilled` carries the prompt's log-probabilities. The
+    cache comes from `prefix` and goes back to it however the generator ends
+    (closing it raises GeneratorExit at the pending `yield`: no further pass).
+    A seeded request (`rng`), an echo or `reuse` false (a capture) reuses
+    nothing.
     """
     if not prompt_ids:
         raise ValueError("the prompt holds no tokens")
     budget = _budget(settings, len(prompt_ids), params.max_tokens)
     sampler = Sampler(params, rng, guide)
     extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
-    held, cached = prefix.take(prompt_ids, reuse=reuse and rng is None, key=key)
+    echo = params.prompt_logprobs
+    reuse = reuse and rng is None and echo is None
+    held, cached = prefix.take(prompt_ids, reuse=reuse, key=key)
     try:
-        pending = list(prompt_ids[cached:])
+        if budget == 0 and echo is None:
+            yield Prefilled(cached_tokens=cached)
+            return
+        logits, prompt = _prefill(model, held, prompt_ids[cached:], extra, echo)
+        yield Prefilled(cached_tokens=cached, prompt_logprobs=prompt)
+        token_id = -1
         for step in range(budget):
-            with torch.inference_mode():
-                token_id = sampler.next_id(held.feed(model, pending, extra).float())
-            if guide is not None:
-                guide.advance(token_id)
+            if step:  # the token picked last is fed now
+                with torch.inference_mode():
+                    logits = held.feed(model, [token_id], extra).float()
+            token_id, logprobs = sampler.pick(logits)
             eos = token_id in settings.eos_ids
-            if step == 0:
-                yield Prefilled(cached_tokens=cached)
-            yield Token(token_id=token_id, eos=eos)
+            yield Token(token_id=token_id, eos=eos, logprobs=logprobs)
             if eos:
                 return
             sampler.counts.add(token_id)
-            pending = [token_id]
     finally:
         prefix.give_back(held)
+
+
+def _prefill(
+    model: PreTrainedModel,
+    held: Held,
+    pending: Sequence[int],
+    extra: dict[str, Any],
+    echo: int | None,
+) -> tuple[torch.Tensor, tuple[Logprobs, ...]]:
+    """Run the prompt's `pending` ids: the last position's logits, and with `echo` (the whole
+    prompt pending) each prompt token's log-probabilities after the first."""
+    with torch.inference_mode():
+        if echo is None:
+            return held.feed(model, list(pending), extra).float(), ()
+        rows = held.feed_all(model, list(pending)).float()
+        return rows[-1], tuple(of_rows(rows[:-1], pending[1:], echo))
 
 
 def _budget(settings: DecodeSettings, prompt_length: int, max_tokens: int) -> int:

@@ -43,7 +43,7 @@ from .float32 import Float32Copies, Float32Settings
 from .grammar import Grammars
 from .prefix import PrefixCache
 from .sampling import new_rng
-from .scoring import next_token_logits, scored
+from .scoring import score_pass
 from .steering import steered
 
 logger = logging.getLogger(__name__)
@@ -200,9 +200,9 @@ class TransformersEngine:
             return result
         keeps = self._settings.keeps_last_logits
         if query.precision != "float32":
-            return scored(next_token_logits(self.model, prompt_ids, keeps), query)
+            return score_pass(self.model, prompt_ids, query, keeps)
         with self._float32.model(self.model) as model:
-            return scored(next_token_logits(model, prompt_ids, keeps), query)
+            return score_pass(model, prompt_ids, query, keeps)
 
     @property
     def embedding_limit(self) -> int:
@@ -317,6 +317,8 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
             raise TypeError("rng must come from this engine's new_rng")
         if hooks.capture is not None:
             raise ValueError("a row captures no layer: readings run on the serial path")
+        if joiner.params.prompt_logprobs is not None:
+            raise ValueError("a row reports no prompt logprobs: echo runs on the serial path")
         guide = None if constraint is None else self._grammars.guide(constraint)
         return self._rows.join(
             joiner.prompt_ids,

@@ -44,7 +44,14 @@ class Held:
     key: Hashable = ()
 
     def feed(self, model: PreTrainedModel, ids: list[int], extra: dict[str, Any]) -> torch.Tensor:
-        """Run `ids` through `model` after the cached ones; the logits of the last position.
+        """Run `ids` through `model` after the cached ones; the logits of the last position."""
+        return self.feed_all(model, ids, extra)[-1]
+
+    def feed_all(
+        self, model: PreTrainedModel, ids: list[int], extra: dict[str, Any] | None = None
+    ) -> torch.Tensor:
+        """Run `ids` through `model` after the cached ones; the logits the model kept ([kept,
+        vocab]: every position's unless `extra` holds `logits_to_keep`).
 
         If the pass raises, the cache stays marked torn and is never reused.
         """
@@ -53,11 +60,11 @@ class Held:
             input_ids=torch.tensor([ids], dtype=torch.long),
             cache=self.cache,
             use_cache=True,
-            **extra,
+            **(extra or {}),
         )
         self.ids.extend(ids)
         self.torn = False
-        logits: torch.Tensor = out.logits[0, -1]
+        logits: torch.Tensor = out.logits[0]
         return logits
 
 

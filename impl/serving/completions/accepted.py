@@ -53,9 +53,9 @@ class Accepted:
         """Whether the choices decode as rows of the resident engine's batch
         (docs/DECISIONS.md, continuous batching): prepared for it, every prompt and budget
         fitting a row, unless seeded (a seed's byte-identical promise holds only on the
-        serial path, OAI-CBM-08) or reading (OAI-ACT-25)."""
+        serial path, OAI-CBM-08), reading (OAI-ACT-25) or echoing (a row keeps no prompt logits)."""
         if prepared is None or prepared.engine is not resident or resident.batch is None:
             return False
-        if self.request.seed is not None or self.reading is not None:
+        if self.request.seed is not None or self.reading is not None or self.request.echo:
             return False
         return prepared.fits(resident.batch.window)

@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -26,13 +26,19 @@ from ...errors import ApiError
 from ..stops import StopMatcher
 from ..telemetry import Meter
 from .detokenizer import Detokenizer
+from .logprobs import TokenLogprob, prompt_entries
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    """A piece of a choice's text and the reported tokens (`logprobs`) that came with it; a
+    `prompt` piece is echo's: the prompt's text and its tokens, before anything generated."""
+
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+    prompt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,7 @@ class ChoiceJob:
     cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token
     meter: Meter | None = None  # token and done events (GET /api/events)
     whole: bool = False  # the text goes out in one delta just before the end, not per token
+    echo: str | None = None  # the prompt's text, sent first (completions' `echo`)
 
 
 def run_choice(
@@ -129,6 +136,10 @@ class ChoiceText:
         # are detokenized then, in one warm loop, rather than each right after a forward
         # pass that swept the caches (docs/DECISIONS.md, "A whole reply's text at its end").
         self._later: list[int] | None = [] if job.whole and not self._stopper.watching else None
+        # the tokens reported (`logprobs`) since a piece last went out: every one generated
+        # but an end-of-generation token, whether or not a stop string cuts its text
+        self._reports = job.params.logprobs is not None
+        self._reported: list[TokenLogprob] = []
         self.count = 0
         self.cached = 0
 
@@ -136,15 +147,31 @@ class ChoiceText:
         if self._job.whole:
             self._held.append(text)
         else:
-            self._emit(TextDelta(text))
+            self._emit(TextDelta(text, self._taken()))
+
+    def _taken(self) -> tuple[TokenLogprob, ...]:
+        reported = tuple(self._reported)
+        self._reported.clear()
+        return reported
 
     def _end(self, reason: str) -> ChoiceEnd:
-        """The end event, after a whole reply's text."""
+        """The end event, after a whole reply's text (and the tokens reported since)."""
         self._catch_up()
-        if self._held:
-            self._emit(TextDelta("".join(self._held)))
+        if self._held or self._reported:
+            self._emit(TextDelta("".join(self._held), self._taken()))
             self._held.clear()
         return ChoiceEnd(reason, self.count, self.cached)
+
+    def prefilled(self, prefilled: Prefilled) -> None:
+        """The prompt ran: what the cache held, and with echo the prompt's text (its tokens
+        reported too when asked) as the first piece."""
+        self.cached = prefilled.cached_tokens
+        echo = self._job.echo
+        if echo is None:
+            return
+        ids = self._job.prompt_ids
+        tokens = prompt_entries(ids, prefilled.prompt_logprobs) if self._reports else []
+        self._emit(TextDelta(echo, tuple(tokens), prompt=True))
 
     def push(self, token: Token, elapsed: float) -> ChoiceEnd | None:
         """Take one token (`elapsed`: seconds its step took); the end, if it ends here."""
@@ -154,6 +181,8 @@ class ChoiceText:
             job.meter.token(elapsed)
         if token.eos:
             return self.finish("stop")
+        if self._reports:
+            self._reported.append(TokenLogprob(token.token_id, token.logprobs))
         if self._later is not None:
             self._later.append(token.token_id)
         elif self._take(token.token_id):
@@ -204,7 +233,7 @@ def _generate(
         stepped = time.perf_counter()
         for token in tokens:
             if isinstance(token, Prefilled):
-                text.cached = token.cached_tokens
+                text.prefilled(token)
                 continue
             if picked is not None:
                 picked(token.token_id)
@@ -288,8 +317,8 @@ class Inbox:
                     finally:
                         self._waiter = None
                 event = events.popleft()
-                if isinstance(event, TextDelta) and events and isinstance(events[0], TextDelta):
-                    event = TextDelta(_joined(event.text, events))
+                if isinstance(event, TextDelta) and _joins(event) and events and _joins(events[0]):
+                    event = _joined(event, events)
                 yield event
                 if not isinstance(event, TextDelta):
                     return
@@ -297,13 +326,20 @@ class Inbox:
             self.cancel.set()
 
 
-def _joined(first: str, events: deque[ChoiceEvent]) -> str:
-    """`first` and the text pieces that wait after it, taken out of `events`."""
-    parts = [first]
-    while events and isinstance(waiting := events[0], TextDelta):
+def _joins(event: ChoiceEvent) -> bool:
+    """Whether `event` is a generated text piece (joined with those waiting beside it)."""
+    return isinstance(event, TextDelta) and not event.prompt
+
+
+def _joined(first: TextDelta, events: deque[ChoiceEvent]) -> TextDelta:
+    """`first` and the text pieces that wait after it, taken out of `events`, as one."""
+    parts, reported = [first.text], list(first.logprobs)
+    while events and _joins(waiting := events[0]):
+        assert isinstance(waiting, TextDelta)
         events.popleft()
         parts.append(waiting.text)
-    return "".join(parts)
+        reported.extend(waiting.logprobs)
+    return TextDelta("".join(parts), tuple(reported))
 
 
 def stream_choice(
@@ -347,14 +383,31 @@ async def delivered(
         await events.aclose()
 
 
-async def collect(events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[str, ChoiceEnd]:
+@dataclass(slots=True)
+class Collected:
+    """A choice read whole (a JSON reply's): its text, and with echo the prompt's text first;
+    the tokens reported of each."""
+
+    text: str = ""
+    echo: str | None = None
+    prompt: list[TokenLogprob] = field(default_factory=list)
+    tokens: list[TokenLogprob] = field(default_factory=list)
+
+
+async def collect(events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[Collected, ChoiceEnd]:
     """A choice's whole text and its end (a JSON reply's)."""
+    whole = Collected()
     parts: list[str] = []
     async for event in events:
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
+        if isinstance(event, ChoiceEnd):
+            whole.text = "".join(parts)
+            return whole, event
+        if event.prompt:
+            whole.echo = event.text
+            whole.prompt.extend(event.logprobs)
         else:
-            return "".join(parts), event
+            parts.append(event.text)
+            whole.tokens.extend(event.logprobs)
     raise RuntimeError("generation ended without an end event")
 
 

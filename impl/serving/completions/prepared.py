@@ -38,12 +38,13 @@ from ..chat.reasoning import ReasoningPlan, reasoning_plan
 from ..chat.replies import ReplyStream, whole
 from ..chat.response_format import OutputFormat
 from ..chat.tools import ToolPlan, shown, tool_plan
-from ..prompts import Prompt, TokenPrompt
+from ..prompts import Prompt, TextPrompt, TokenPrompt
 from ..scheduler import Ticket
 from ..telemetry import Meter
 from . import shapes
 from .defaults import RequestDefaults
-from .generation import ChoiceEnd, ChoiceJob
+from .generation import ChoiceEnd, ChoiceJob, Collected
+from .logprobs import Shaper, joined
 from .requests import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,11 @@ class Prepared:
             return self.output.constraint
         return None if self.tools is None else self.tools.constraint
 
-    def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+    def choice(self, index: int, read: Collected, finish_reason: str) -> dict[str, Any]:
         """One finished choice: validated when constrained, its reasoning split off and its
-        calls parsed (choices run prompt by prompt, `n` each)."""
-        endpoint = self.request.endpoint
+        calls parsed, its reported tokens shaped (choices run prompt by prompt, `n` each);
+        with echo, the prompt's text first."""
+        endpoint, text = self.request.endpoint, read.text
         if self.output is not None:
             finish_reason = self.output.finish(text, finish_reason)
         spans = self.reasoning
@@ -93,10 +95,30 @@ class Prepared:
         )
         if answer.calls:
             finish_reason = "tool_calls"
-        out = shapes.choice(endpoint, index, answer.content, finish_reason, calls=answer.calls)
+        content = answer.content if read.echo is None else read.echo + (answer.content or "")
+        logprobs = None
+        if self.request.logprobs is not None:
+            shaper = self.shaper(index // self.request.n)
+            if read.echo is not None:
+                logprobs = shaper.echoed(read.prompt, read.echo)
+            logprobs = joined(logprobs, shaper.shaped(read.tokens))
+        out = shapes.choice(
+            endpoint, index, content, finish_reason, calls=answer.calls, logprobs=logprobs
+        )
         if spans is not None:  # LOC-CHAT-68
             out["message"]["reasoning_content"] = answer.reasoning
         return out
+
+    def shaper(self, i: int) -> Shaper:
+        """Prompt i's reported tokens' shapes (logprobs.py); a completion's offsets start at
+        the prompt text's length."""
+        r = self.request
+        start = len(prompt_text(self.engine, r.prompts[i]))
+        return Shaper(r.endpoint, r.as_token_ids, self.engine.token_text, start)
+
+    def echo(self, i: int) -> str | None:
+        """Prompt i's text as echo sends it first; None without echo."""
+        return prompt_text(self.engine, self.request.prompts[i]) if self.request.echo else None
 
     def reply_stream(self, i: int) -> ReplyStream:
         """Prompt i's streamed reply: reasoning split off, calls held (LOC-CHAT-57)."""
@@ -170,6 +192,16 @@ def prompt_ids(
         raise InvalidParameter(param, f"The messages cannot be rendered: {exc}") from exc
 
 
+def prompt_text(engine: Engine, prompt: Prompt) -> str:
+    """A prompt's text as echo writes it, and where a completion's `text_offset` starts: a
+    text prompt as sent, the text a token prompt's ids stand for; "" for a chat."""
+    if isinstance(prompt, TextPrompt):
+        return prompt.text
+    if isinstance(prompt, TokenPrompt):
+        return engine.decode(prompt.ids, keep_special=True)
+    return ""
+
+
 INLINE_CHARS = 4096  # text this short renders and tokenizes in a fraction of a millisecond
 INLINE_MESSAGES = 16
 
@@ -198,6 +230,7 @@ async def prepare(
     """Tokenize every prompt and fix its budget; refusals before any generation.
     `user_spans`: read each prompt's `last_user` window too (an armed probe needs it)."""
     tools = tool_plan(req.tools, engine.chat_template)
+    check_bias(req.logit_bias, engine.facts.vocab_size)
     ids_of, budgets = [], []
     for i, prompt in enumerate(req.prompts):
         ids = await manager.with_tokenizer(
@@ -291,13 +324,26 @@ async def _compile(output: OutputFormat, engine: Engine, manager: ModelManager) 
         ) from exc
 
 
+def check_bias(bias: Sequence[tuple[int, float]], vocab_size: int) -> None:
+    """A biased id outside the vocabulary is refused, naming `logit_bias.<id>`."""
+    for token_id, _ in bias:
+        if token_id >= vocab_size:
+            raise InvalidParameter(
+                f"logit_bias.{token_id}",
+                f"Token id {token_id} is outside the model's vocabulary (0..{vocab_size - 1}).",
+            )
+
+
 def budget(
     req: GenerationRequest, engine: Engine, ids: Sequence[int], defaults: RequestDefaults
 ) -> int:
     """`max_tokens` clamped to n-predict's maximum, or (absent or 0) n-predict cut to what
-    the window leaves (LOC-CHAT-21); refused past the window."""
+    the window leaves (LOC-CHAT-21); refused past the window. With echo, 0 is 0: the
+    prompt is scored and nothing generated (as OpenAI's legacy completions and vLLM)."""
     limit = engine.facts.context_length
     left = limit - len(ids)
+    if req.echo and req.max_tokens == 0:  # the prompt scored, nothing generated (echo)
+        return 0
     asked = defaults.ceiling(req.max_tokens)
     asked = asked if asked is not None else min(defaults.max_tokens, left)
     if left < 1 or asked > left:
@@ -336,6 +382,9 @@ def job(
         presence_penalty=r.presence_penalty,
         constraint=prepared.constraint,
         top_k=r.top_k,
+        logit_bias=r.logit_bias,
+        logprobs=r.logprobs,
+        prompt_logprobs=r.logprobs if r.echo else None,
     )
     return ChoiceJob(
         prompt_ids=prepared.prompt_ids[i],
@@ -349,4 +398,5 @@ def job(
         cancelled=ticket.cancel,
         meter=meter,
         whole=not r.stream,  # a JSON reply is read whole: no wake-up of the loop per token
+        echo=prepared.echo(i),
     )

@@ -21,7 +21,7 @@ def refusals(
 ) -> tuple[list[str], bool | None]:
     """Refuse what no model could serve; the fields found unused, and whether a chat
     renders thinking (None: the template is not asked)."""
-    check_top_logprobs(req.top_logprobs, req.scoring)
+    check_top_logprobs(req.top_logprobs, req.logprobs is not None or _scores_logprobs(req))
     if req.output is not None:
         check_combination(
             req.output,
@@ -46,8 +46,8 @@ def refusals(
             temperature=req.scoring_temperature,
         )
         return unused_fields(req.sent), None
-    # `return_tokens_as_token_ids` keys scoring's tokens: nothing else uses it
-    unused = ["return_tokens_as_token_ids"] if req.as_token_ids else []
+    # `return_tokens_as_token_ids` keys reported tokens: unused when none are
+    unused = ["return_tokens_as_token_ids"] if req.as_token_ids and req.logprobs is None else []
     if req.endpoint != "chat" or not admission.honours("think"):
         return unused, None
     forced = req.tools is not None and req.tools.forced
@@ -58,6 +58,10 @@ def refusals(
         kwargs_honoured=admission.honours("chat_template_kwargs"),
     )
     return [*unused, *overridden], thinking
+
+
+def _scores_logprobs(req: GenerationRequest) -> bool:
+    return req.scoring is not None and req.scoring.logprobs
 
 
 def echoes(req: GenerationRequest) -> dict[str, str]:

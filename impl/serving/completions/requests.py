@@ -37,7 +37,7 @@ from ..chat.thinking import ThinkAsk
 from ..chat.tools import ToolAsk, tool_ask
 from ..prompts import Prompt, TextPrompt, TokenPrompt, entries, value_of
 from .activations import ActivationsAsk
-from .scoring import ScoringAsk, scoring_ask
+from .scoring import ScoringAsk, logprobs_asked, scoring_ask
 
 Request: TypeAlias = v1.ChatCompletionRequest | v1.CompletionRequest
 
@@ -68,6 +68,10 @@ class GenerationRequest:
     top_logprobs: int | None = None  # chat's, checked against `logprobs` after the policy
     precision: str | None = None  # `scoring_precision` as sent
     as_token_ids: bool = False  # `return_tokens_as_token_ids: true`
+    # a generation's `logprobs` (not scoring's): the alternatives per token, None for none
+    logprobs: int | None = None
+    echo: bool = False  # completions' `echo`: the prompt's text (and logprobs) first
+    logit_bias: tuple[tuple[int, float], ...] = ()  # checked against the vocabulary later
     activations: ActivationsAsk | None = None  # `return_sae_activations` (OAI-ACT)
     sent: frozenset[str] = frozenset()  # the declared fields sent with a value (not null)
 
@@ -114,7 +118,7 @@ def _common(
     stream = bool(req.stream)
     n = req.n or 1
     max_tokens = _max_tokens(req.max_tokens, req.max_completion_tokens)
-    scoring = scoring_ask(endpoint, req)
+    scoring = scoring_ask(endpoint, req, max_tokens)
     if n > 1 and stream and scoring is None:
         raise InvalidParameter("n", "n above 1 cannot be combined with stream: true.")
     return GenerationRequest(
@@ -136,10 +140,27 @@ def _common(
         output=output_format(_sent(req.response_format)),
         precision=req.scoring_precision,
         as_token_ids=req.return_tokens_as_token_ids is True,
+        logprobs=None if scoring is not None else logprobs_asked(endpoint, req),
+        echo=isinstance(req, v1.CompletionRequest) and req.echo is True,
+        logit_bias=_logit_bias(req.logit_bias),
         activations=_activations(req),
         sent=frozenset(f for f in req.model_fields_set if getattr(req, f, None) is not None),
         **chat,
     )
+
+
+def _logit_bias(raw: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """`logit_bias` as (id, bias) pairs: keys are token ids written as decimal strings,
+    biases within -100..100 (each refusal names `logit_bias.<key>`)."""
+    pairs = []
+    for key, value in (raw or {}).items():
+        param = f"logit_bias.{key}"
+        if not (key.isascii() and key.isdigit()):
+            raise InvalidParameter(param, f"logit_bias keys are token ids; {key!r} is not one.")
+        if not -100 <= value <= 100:
+            raise InvalidParameter(param, f"A logit bias lies within -100..100 (got {value}).")
+        pairs.append((int(key), float(value)))
+    return tuple(pairs)
 
 
 def _activations(req: Request) -> ActivationsAsk | None:

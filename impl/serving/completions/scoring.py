@@ -1,31 +1,27 @@
 """Scoring mode: next-token log-probabilities instead of text (OAI-SCORE, OAI-CSCORE).
 
-A `/v1/completions` request with `logprobs` or `allowed_token_ids`, or a
-chat request with `logprobs: true` or `allowed_token_ids`, is a scoring
-request. `scoring_ask` checks its cross-field rules (max_tokens 1, n 1, no
-stream, no temperature in (0, 0.001), no steering or structured-output
-field) before any model load; a broken rule is `400 invalid_parameter`
-naming the field (docs/DECISIONS.md, statuses), while `invalid_scoring_request` is
-kept for an id outside the vocabulary and a prompt of no tokens
-(OAI-ERR-16); `ScoringReply` shapes the engine's `Scored`
-results the way OpenAI legacy completions / chat completions and vLLM do.
-
-Token keys: by default a token is keyed by its decoded text (special tokens
-included); two ids that decode to the same text share one entry, whose
-log-probability is the log of their summed probabilities (so a normalised
-`allowed_token_ids` set still sums to 1). `return_tokens_as_token_ids`
-keys by `token_id:<id>` instead.
+A request that sends `allowed_token_ids`, or asks for `logprobs` (completions:
+an integer; chat: `logprobs: true`) with `max_tokens: 1`, is a scoring
+request (`scoring_ask`; any other request with `logprobs` generates and
+reports its tokens', docs/DECISIONS.md "Token log-probabilities"). `check_mode`
+checks its cross-field rules (max_tokens 1, n 1, no stream, no temperature in
+(0, 0.001), no steering or structured-output field) before any model load; a
+broken rule is `400 invalid_parameter` naming the field (docs/DECISIONS.md,
+statuses), while `invalid_scoring_request` is kept for an id outside the
+vocabulary and a prompt of no tokens (OAI-ERR-16). `ScoringReply` shapes the
+engine's `Scored` results the way OpenAI legacy completions / chat
+completions and vLLM do (logprobs.py), the prompt's own first with `echo`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...engines.base import Scored, ScoreQuery
+from ...engines.base import Logprobs, Scored, ScoreQuery
 from ...errors import ApiError, FieldNotHonoured, InvalidParameter
+from .logprobs import Shaper, TokenLogprob, joined, prompt_entries
 
 MIN_TEMPERATURE = 0.001
 UNSTEERED_FIELDS = ("profile", "steering_intensity", "steering", "response_format", "tools")
@@ -48,6 +44,7 @@ class ScoringAsk:
     allowed: tuple[int, ...] | None
     as_ids: bool
     precision: str | None  # `scoring_precision` as sent (None: not sent)
+    echo: bool = False  # completions' `echo`: the prompt's text (and logprobs) first
 
     def query(self, endpoint: str, temperature: float) -> ScoreQuery:
         """Completions report every allowed id (OAI-SCORE-05); chat min(top_logprobs, set)."""
@@ -55,8 +52,13 @@ class ScoringAsk:
         if endpoint == "completions" and self.allowed is not None:
             count = max(count, len(self.allowed))
         allowed = None if self.allowed is None else tuple(dict.fromkeys(self.allowed))
+        echo = self.alternatives if self.echo and self.logprobs else None
         return ScoreQuery(
-            temperature, allowed, count if self.logprobs else 0, self.precision or "native"
+            temperature,
+            allowed,
+            count if self.logprobs else 0,
+            self.precision or "native",
+            prompt_logprobs=echo,
         )
 
 
@@ -65,28 +67,37 @@ def _outside(param: str, message: str) -> ApiError:
     return ApiError("invalid_scoring_request", message, param)
 
 
-def scoring_ask(endpoint: str, raw: Any) -> ScoringAsk | None:
+def logprobs_asked(endpoint: str, raw: Any) -> int | None:
+    """How many alternatives a request's `logprobs` asks for per token; None when it asks
+    for none (chat: `logprobs: true` with `top_logprobs`, else 0; completions: an integer,
+    not `false`, docs/DECISIONS.md, scoring mode)."""
+    if endpoint == "chat":
+        return (raw.top_logprobs or 0) if raw.logprobs is True else None
+    count = getattr(raw.logprobs, "root", raw.logprobs)
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def scoring_ask(endpoint: str, raw: Any, max_tokens: int | None) -> ScoringAsk | None:
     """The request's scoring fields, or None for a generation request.
 
-    The mode's cross-field rules (`check_mode`) run after the field policy,
-    so a GGUF model refuses the fields themselves first.
+    The rule (docs/DECISIONS.md, "Token log-probabilities"): a request is a
+    scoring request when it sends `allowed_token_ids`, or asks for `logprobs`
+    with `max_tokens` (or `max_completion_tokens`) 1. Any other request with
+    `logprobs` generates, and reports each generated token's. The mode's
+    cross-field rules (`check_mode`) run after the field policy, so an engine
+    refuses the fields themselves first.
     """
     allowed = raw.allowed_token_ids
-    if endpoint == "chat":
-        wants = raw.logprobs is True
-        alternatives = raw.top_logprobs or 0
-    else:  # an integer, not `false` (docs/DECISIONS.md, scoring mode)
-        count = getattr(raw.logprobs, "root", raw.logprobs)
-        wants = isinstance(count, int) and not isinstance(count, bool)
-        alternatives = count if wants else 0
-    if not wants and allowed is None:
+    alternatives = logprobs_asked(endpoint, raw)
+    if allowed is None and (alternatives is None or max_tokens != 1):
         return None
     return ScoringAsk(
-        logprobs=wants,
-        alternatives=alternatives,
+        logprobs=alternatives is not None,
+        alternatives=alternatives or 0,
         allowed=_allowed(allowed),
         as_ids=bool(raw.return_tokens_as_token_ids),
         precision=raw.scoring_precision,
+        echo=endpoint == "completions" and raw.echo is True,
     )
 
 
@@ -95,9 +106,9 @@ def unused_fields(sent: Collection[str]) -> list[str]:
     return [name for name in UNUSED_FIELDS if name in sent]
 
 
-def check_top_logprobs(top_logprobs: int | None, ask: ScoringAsk | None) -> None:
+def check_top_logprobs(top_logprobs: int | None, logprobs: bool) -> None:
     """Chat's `top_logprobs` needs `logprobs: true` (OAI-CSCORE-08); after the field policy."""
-    if top_logprobs is not None and not (ask is not None and ask.logprobs):
+    if top_logprobs is not None and not logprobs:
         raise InvalidParameter("top_logprobs", "top_logprobs needs logprobs: true.")
 
 
@@ -150,63 +161,35 @@ def check_vocabulary(ask: ScoringAsk, vocab_size: int) -> None:
             )
 
 
-def _merged(pairs: Sequence[tuple[str, float]]) -> dict[str, float]:
-    """Entries keyed by text; equal keys share one entry (log of summed probabilities)."""
-    merged: dict[str, float] = {}
-    for key, logprob in pairs:
-        merged[key] = logprob if key not in merged else _logaddexp(merged[key], logprob)
-    return merged
-
-
-def _logaddexp(a: float, b: float) -> float:
-    high, low = max(a, b), min(a, b)
-    return high + math.log1p(math.exp(low - high))
-
-
 @dataclass(frozen=True, slots=True)
 class ScoringReply:
-    """Shapes one request's scored prompts as OpenAI choices."""
+    """Shapes one request's scored prompts as OpenAI choices (logprobs.py's `Shaper`)."""
 
     endpoint: str
     ask: ScoringAsk
     token_text: Callable[[int], str]
 
-    def key(self, token_id: int) -> str:
-        return f"token_id:{token_id}" if self.ask.as_ids else self.token_text(token_id)
-
-    def choice(self, index: int, scored: Scored, prompt_chars: int) -> dict[str, Any]:
+    def choice(
+        self, index: int, scored: Scored, prompt_text: str, prompt_ids: Sequence[int]
+    ) -> dict[str, Any]:
+        """Prompt `index`'s choice; with echo, the prompt's text and tokens come first."""
         best_id, best_lp = scored.best
         text = self.token_text(best_id)
+        shaper = Shaper(self.endpoint, self.ask.as_ids, self.token_text, len(prompt_text))
+        best = [TokenLogprob(best_id, Logprobs(best_lp, scored.alternatives))]
         if self.endpoint == "chat":
             return {
                 "index": index,
                 "message": {"role": "assistant", "content": text, "refusal": None},
-                "logprobs": self._chat_logprobs(scored) if self.ask.logprobs else None,
+                "logprobs": shaper.shaped(best) if self.ask.logprobs else None,
                 "finish_reason": "length",
             }
         logprobs = None
+        if self.ask.echo:
+            text = prompt_text + text
+            if self.ask.logprobs:
+                echoed = prompt_entries(prompt_ids, scored.prompt)
+                logprobs = shaper.echoed(echoed, prompt_text)
         if self.ask.logprobs:
-            alternatives = [(self.key(i), lp) for i, lp in scored.alternatives]
-            logprobs = {
-                "tokens": [self.key(best_id)],
-                "token_logprobs": [best_lp],
-                "top_logprobs": [_merged(alternatives)],
-                "text_offset": [prompt_chars],
-            }
+            logprobs = joined(logprobs, shaper.shaped(best))
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": "length"}
-
-    def _entry(self, token_id: int, logprob: float) -> dict[str, Any]:
-        return {
-            "token": self.key(token_id),
-            "logprob": logprob,
-            "bytes": list(self.token_text(token_id).encode("utf-8")),
-        }
-
-    def _chat_logprobs(self, scored: Scored) -> dict[str, Any]:
-        merged = _merged([(self.key(i), lp) for i, lp in scored.alternatives])
-        top: list[dict[str, Any]] = []
-        for token_id, _ in scored.alternatives:  # one entry per key, at its best id
-            key = self.key(token_id)
-            if all(entry["token"] != key for entry in top):
-                top.append(self._entry(token_id, merged[key]))
-        return {"content": [{**self._entry(*scored.best), "top_logprobs": top}], "refusal": None}

@@ -17,7 +17,6 @@ from typing import Any
 from ... import headers as hdr
 from ...engines.base import (
     Capture,
-    Engine,
     NonFiniteLogits,
     PrecisionUnavailable,
     Scored,
@@ -27,12 +26,11 @@ from ...engines.capabilities import Scorer
 from ...errors import ApiError, FieldNotHonoured
 from ...models.manager import ModelManager
 from ...settings import Settings
-from ..prompts import Prompt, TextPrompt, TokenPrompt
 from ..results import Reply
 from ..scheduler import Scheduler, holding
 from . import shapes
 from .accepted import Accepted
-from .prepared import Prepared, prepare
+from .prepared import Prepared, prepare, prompt_text
 from .reading import read
 from .scoring import ScoringAsk, ScoringReply, check_vocabulary
 
@@ -101,7 +99,7 @@ class ScoringService:
             if capture is not None and reading is not None:  # the read point is `unsteered`
                 body = read(reading, capture.rows, ids, len(ids), read_point="unsteered")
                 millm = {"sae_activations": body}
-            choices.append(reply.choice(i, result, _offset(engine, prompt)))
+            choices.append(reply.choice(i, result, prompt_text(engine, prompt), ids))
         return choices, millm
 
 
@@ -124,13 +122,3 @@ def _pass(
             "scoring_precision",
             headers={hdr.SCORING_PRECISION_REASON: exc.reason},
         ) from exc
-
-
-def _offset(engine: Engine, prompt: Prompt) -> int:
-    """A choice's text offset: a text prompt's length, the text a token prompt's ids stand
-    for; 0 for a chat."""
-    if isinstance(prompt, TextPrompt):
-        return len(prompt.text)
-    if isinstance(prompt, TokenPrompt):
-        return len(engine.decode(prompt.ids, keep_special=True))
-    return 0

@@ -201,8 +201,8 @@ class CompletionService:
             rng = prepared.engine.new_rng(r.seed)
             for k in range(r.n):
                 work = self._job(accepted, prepared, i, len(choices), rng, source, ticket)
-                text, end = await collect(self._choices.events(prepared.engine, work, ticket))
-                choices.append(prepared.choice(len(choices), text, end.finish_reason))
+                whole, end = await collect(self._choices.events(prepared.engine, work, ticket))
+                choices.append(prepared.choice(len(choices), whole, end.finish_reason))
                 tally.add(end, first_of_prompt=k == 0)
                 if accepted.probes is not None:
                     accepted.probes.ended(prepared, end, request_id)

@@ -129,8 +129,10 @@ def choice(
     finish_reason: str,
     *,
     calls: list[dict[str, Any]] | None = None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One choice; a chat reply with `calls` carries them as `tool_calls` (OAI-TOOLS-04).
+    """One choice; a chat reply with `calls` carries them as `tool_calls` (OAI-TOOLS-04),
+    and `logprobs` its reported tokens (logprobs.py) when the request asked for them.
 
     A chat message always has `refusal: null`: OpenAI's schema requires the key,
     and nothing here refuses.
@@ -142,10 +144,15 @@ def choice(
         return {
             "index": index,
             "message": message,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish_reason,
         }
-    return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+    return {
+        "index": index,
+        "text": text or "",
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }
 
 
 def delta(
@@ -157,8 +164,10 @@ def delta(
     role: bool = False,
     calls: list[dict[str, Any]] | None = None,
     reasoning: str | None = None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One choice's chunk; a chat delta carries `reasoning_content` when given (LOC-CHAT-57)."""
+    """One choice's chunk; a chat delta carries `reasoning_content` when given (LOC-CHAT-57),
+    and `logprobs` the tokens reported with the chunk (logprobs.py)."""
     if endpoint == "chat":
         d: dict[str, Any] = {"role": "assistant"} if role else {}
         if reasoning is not None:
@@ -167,8 +176,13 @@ def delta(
             d["content"] = text
         if calls:
             d["tool_calls"] = calls
-        return {"index": index, "delta": d, "logprobs": None, "finish_reason": finish_reason}
-    return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        return {"index": index, "delta": d, "logprobs": logprobs, "finish_reason": finish_reason}
+    return {
+        "index": index,
+        "text": text or "",
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
