@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -61,11 +62,19 @@ def direct_logits(engine: TransformersEngine, ids: Sequence[int]) -> torch.Tenso
 
 
 def last_row_logits(engine: TransformersEngine, ids: Sequence[int]) -> torch.Tensor:
-    """The same forward with `logits_to_keep=1`: the lm_head over the last position only."""
-    with torch.inference_mode():
-        out = engine.model(torch.tensor([list(ids)]), logits_to_keep=1)
-    logits: torch.Tensor = out.logits[0, -1].float()
-    return logits
+    """The same forward with `logits_to_keep=1`: the lm_head over the last position only,
+    on a thread of its own that runs as many torch threads as the engine's. (OpenMP keeps
+    a thread count per thread: this test thread's may be another, after other tests ran
+    torch here, and a matmul split across other threads differs in its last bits.)"""
+
+    def forward() -> torch.Tensor:
+        torch.set_num_threads(engine.facts.threads)
+        with torch.inference_mode():
+            out = engine.model(torch.tensor([list(ids)]), logits_to_keep=1)
+        return out.logits[0, -1].float()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(forward).result()
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
