@@ -237,9 +237,10 @@ def _legacy(
         _expect(
             _logprob(value)
             and isinstance(alternatives, dict)
-            and 1 <= len(alternatives) <= top
+            and 1 <= len(alternatives) <= top + 1  # the k best, and the token (OpenAI)
             and all(_logprob(v) for v in alternatives.values()),
-            f"a log-probability <= 0 and 1..{top} alternatives keyed by token",
+            f"a log-probability <= 0 and 1..{top + 1} alternatives keyed by token (the "
+            f"{top} best, and the token itself when it is not among them)",
             (value, alternatives),
             requirement,
         )

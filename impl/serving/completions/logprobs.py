@@ -9,8 +9,10 @@ for a prompt's first token, which nothing predicts).
 - chat: one `{"token", "logprob", "bytes", "top_logprobs"}` per token
   (`bytes` the UTF-8 of its decoded text, OAI-CSCORE-16); the alternatives
   keyed like the token, one entry per key.
-- completions: `tokens`, `token_logprobs`, `top_logprobs` (a map of the k
-  best per token, `null` for the prompt's first) and `text_offset`, each token's character
+- completions: `tokens`, `token_logprobs`, `top_logprobs` (a map per token,
+  `null` for the prompt's first: the k best and, when k >= 1 and it is not
+  among them, the token itself last, up to k + 1 keys as OpenAI's legacy API
+  documents and vLLM answers) and `text_offset`, each token's character
   offset in prompt + completion: the prompt's tokens (echo) count from 0, the
   completion's from the prompt text's length (OAI-SCORE-16); each offset adds
   the previous token's text length, as vLLM counts them.
@@ -90,7 +92,10 @@ class Shaper:
                 tops.append(None)
             else:
                 lps.append(_finite(entry.logprobs.logprob))
-                tops.append(self._merged(entry.logprobs.top))
+                top = self._merged(entry.logprobs.top)
+                if top:  # the token itself too, when not among the k best (OpenAI: k + 1)
+                    top.setdefault(self.key(entry.token_id), _finite(entry.logprobs.logprob))
+                tops.append(top)
         return {
             "tokens": tokens,
             "token_logprobs": lps,
