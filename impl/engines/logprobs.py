@@ -1,28 +1,36 @@
 """Log-probabilities and the logit bias over logits rows, computed the same way on both engines.
 
-Rows are float32 CPU tensors: the transformers engine's logits, or llama.cpp's
-own logits buffer seen through `torch.from_numpy` (no copy). What a position
-reports (`Logprobs`) is the log-softmax of its row as the pick reads it: after
-steering, the repetition penalty, the logit bias and a grammar's mask; before
-temperature, top_k and top_p (docs/DECISIONS.md, "Token log-probabilities").
-A prompt position's row is the model's own: nothing is picked there.
+What a position reports (`Logprobs`) is the log-softmax of its row as the pick
+reads it: after steering, the repetition penalty, the logit bias and a
+grammar's mask; before temperature, top_k and top_p (docs/DECISIONS.md,
+"Token log-probabilities"). A prompt position's row is the model's own:
+nothing is picked there.
 
-The log-sum-exp runs in float32 over the row less its maximum (a pass of
-`exp` over the vocabulary, the one cost that grows with it); the best `k` are
-found among the tokens near the maximum first, and over the whole row only
-when fewer than `k` are near it, so a per-token report costs a few tens of
-microseconds on a 49k vocabulary (BENCHMARKS.md). A token at -inf (masked,
-banned) is never among the best reported.
+A picked token's row (`of_row`, `LogitBias`) is a float32 numpy row: llama.cpp's
+own logits buffer, or a transformers logits tensor's `.numpy()` view (no
+copy). It is worked in numpy, on the engine's thread alone: a torch op on a
+row of the vocabulary's size runs on torch's thread team, whose threads then
+spin for a while on the cores llama.cpp's next decode needs (BENCHMARKS.md
+measured the llama.cpp decode 14% slower with torch here). The log-sum-exp
+runs in float32 over the row less its maximum (one pass of `exp` over the
+vocabulary, the one cost that grows with it); the best `k` are found among
+the tokens near the maximum first, and over the whole row only when fewer than
+`k` are near it. A token at -inf (masked, banned) is never among the best
+reported. A prefill's rows (`of_rows`, echo) and scoring (`scored`) are one
+call per request, in torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from .base import Logprobs, NonFiniteLogits, Scored, ScoreQuery
 
+Row = npt.NDArray[np.float32]
 BAN = -100.0  # a bias at or below bans the token
 ONLY = 100.0  # a bias at or above allows only the tokens biased so
 NEAR = (4.0, 16.0)  # how far below the maximum the best k are looked for first
@@ -36,21 +44,21 @@ class LogitBias:
 
     def __init__(self, pairs: Sequence[tuple[int, float]]) -> None:
         added = [(i, v) for i, v in pairs if BAN < v < ONLY and v != 0]
-        self._ids = torch.tensor([i for i, _ in added], dtype=torch.long)
-        self._values = torch.tensor([v for _, v in added], dtype=torch.float32)
-        self._banned = torch.tensor([i for i, v in pairs if v <= BAN], dtype=torch.long)
-        self._only = torch.tensor([i for i, v in pairs if v >= ONLY], dtype=torch.long)
+        self._ids = np.array([i for i, _ in added], dtype=np.intp)
+        self._values = np.array([v for _, v in added], dtype=np.float32)
+        self._banned = np.array([i for i, v in pairs if v <= BAN], dtype=np.intp)
+        self._only = np.array([i for i, v in pairs if v >= ONLY], dtype=np.intp)
 
-    def apply(self, row: torch.Tensor) -> None:
+    def apply(self, row: Row) -> None:
         """Bias `row` (one float32 row over the vocabulary) in place."""
-        if self._ids.numel():
-            row.index_add_(0, self._ids, self._values)
-        if self._only.numel():
-            kept = row.index_select(0, self._only)
-            row.fill_(float("-inf"))
-            row.index_copy_(0, self._only, kept)
-        if self._banned.numel():
-            row.index_fill_(0, self._banned, float("-inf"))
+        if self._ids.size:
+            row[self._ids] += self._values  # the ids are a dict's keys: each once
+        if self._only.size:
+            kept = row[self._only]
+            row.fill(-np.inf)
+            row[self._only] = kept
+        if self._banned.size:
+            row[self._banned] = -np.inf
 
 
 def logit_bias(pairs: Sequence[tuple[int, float]]) -> LogitBias | None:
@@ -58,12 +66,12 @@ def logit_bias(pairs: Sequence[tuple[int, float]]) -> LogitBias | None:
     return LogitBias(pairs) if any(v != 0 for _, v in pairs) else None
 
 
-def of_row(row: torch.Tensor, token_id: int, k: int) -> Logprobs:
+def of_row(row: Row, token_id: int, k: int) -> Logprobs:
     """`token_id`'s log-probability in `row` and the row's `k` best (k >= 0)."""
     high = float(row.max())
     if high != high or high == float("inf"):
         raise NonFiniteLogits("NaN or +inf logits where a token was picked")
-    lse = high + float(torch.log(torch.exp(row - high).sum()))
+    lse = high + float(np.log(np.exp(row - np.float32(high)).sum(dtype=np.float64)))
     return Logprobs(float(row[token_id]) - lse, _best(row, high, lse, k))
 
 
@@ -89,28 +97,21 @@ def of_rows(rows: torch.Tensor, next_ids: Sequence[int], k: int) -> list[Logprob
     return out
 
 
-def _best(row: torch.Tensor, high: float, lse: float, k: int) -> tuple[tuple[int, float], ...]:
+def _best(row: Row, high: float, lse: float, k: int) -> tuple[tuple[int, float], ...]:
     """The `k` best of `row` (highest first, ties by id), as (id, log-probability)."""
     if k <= 0:
         return ()
-    near = None
+    ids = None
     for gap in NEAR:
-        found = torch.nonzero(row >= high - gap)[:, 0]
-        if found.numel() >= k:
-            near = found
+        near = np.flatnonzero(row >= np.float32(high - gap))
+        if near.size >= k:
+            ids = near
             break
-    if near is None:
-        candidates = torch.topk(row, min(k, row.numel()))
-        ids, values = candidates.indices, candidates.values
-    else:
-        values = row.index_select(0, near)
-        order = torch.argsort(values, descending=True, stable=True)[:k]
-        ids, values = near[order], values[order]
-    return tuple(
-        (int(i), float(v) - lse)
-        for i, v in zip(ids.tolist(), values.tolist(), strict=True)
-        if v != float("-inf")
-    )
+    if ids is None:
+        ids = np.argpartition(row, -k)[-k:] if k < row.size else np.arange(row.size)
+    values = row[ids]
+    order = np.lexsort((ids, -values))[:k]  # by value, highest first; then by id
+    return tuple((int(ids[o]), float(values[o]) - lse) for o in order if values[o] != -np.inf)
 
 
 def scored(logits: torch.Tensor, query: ScoreQuery) -> Scored:

@@ -21,12 +21,19 @@ Covered (test_chat_completion.py, on `/v1/chat/completions`):
   special tokens). Not a log-probability case, but `logit_bias` is part of
   issue 42 and the case is on an OpenAI route.
 
-Out of scope (llama.cpp's own `/completion` route and fields, which are not
-OpenAI's and which miserver does not serve):
+Re-expressed on the OpenAI route that asks the same (test_completion.py, its
+`/completion` with `n_probs` becoming `/v1/completions` with `logprobs`, the
+`completion_probabilities` array of `{id, token, logprob, bytes, top_logprobs}`
+becoming OpenAI's legacy `logprobs` object, ids read through
+`return_tokens_as_token_ids`):
 
-- test_completion.py `test_n_probs`, `test_n_probs_stream`: `n_probs` and the
-  `completion_probabilities` array of `{id, token, logprob, bytes,
-  top_logprobs}` on `/completion`;
+- `test_n_probs`: `n_probs: 10, temperature: 0, n_predict: 5`;
+- `test_n_probs_stream`: the same streamed (llama.cpp sends one token per event;
+  miserver may join a few tokens' text in one chunk, `--stream-interval`, and
+  each chunk then carries those tokens' entries).
+
+Out of scope (llama.cpp's own `/completion` fields, which are not OpenAI's):
+
 - test_completion.py `test_n_probs_post_sampling`: `post_sampling_probs` (the
   probabilities after the samplers, as `prob`/`top_probs`) on `/completion`;
   OpenAI has no such field, and miserver reports the distribution before
@@ -198,3 +205,66 @@ def test_logit_bias(client: OpenAI, default_server: LiveServer) -> None:
     output = res.choices[0].message.content
     assert output
     assert all(output.find(" " + word + " ") == -1 for word in EXCLUDED), output
+
+
+N_PROBS_PROMPT = "I believe the meaning of life is"
+
+
+def _n_probs_entries(logprobs: Any) -> list[tuple[int, float, dict[str, float]]]:
+    """A legacy `logprobs` object's (id, logprob, top) per token, each held to what
+    llama.cpp's n_probs cases ask of a `completion_probabilities` entry: an id above 0, a
+    log-probability <= 0, and 10 alternatives (ids above 0, each <= 0)."""
+    assert logprobs is not None
+    entries = []
+    for token, logprob, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        token_id = int(token.removeprefix("token_id:"))
+        assert token_id > 0 and logprob is not None and logprob <= 0.0
+        assert top is not None and len(top) == 10  # greedy: the token is the best of them
+        for key, value in top.items():
+            assert int(key.removeprefix("token_id:")) > 0 and value <= 0.0
+        entries.append((token_id, logprob, top))
+    return entries
+
+
+def test_n_probs(client: OpenAI) -> None:
+    """Re-expresses llama.cpp tools/server/tests/unit/test_completion.py::test_n_probs
+    (issue 42) on /v1/completions: `logprobs=10, temperature=0, max_tokens=5` reports five
+    tokens, each with its id, a log-probability <= 0 and 10 alternatives."""
+    res = client.completions.create(
+        model=GGUF_ID,
+        prompt=N_PROBS_PROMPT,
+        logprobs=10,
+        temperature=0.0,
+        max_tokens=5,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    assert len(_n_probs_entries(res.choices[0].logprobs)) == 5
+
+
+def test_n_probs_stream(client: OpenAI) -> None:
+    """Re-expresses llama.cpp tools/server/tests/unit/test_completion.py::test_n_probs_stream
+    (issue 42): the same streamed; every chunk before the finish carries the entries of the
+    tokens whose text it carries (llama.cpp: exactly one; the finish those whose text waited
+    for it), each as in `test_n_probs`, and the stream reports the five tokens."""
+    stream = client.completions.create(
+        model=GGUF_ID,
+        prompt=N_PROBS_PROMPT,
+        logprobs=10,
+        temperature=0.0,
+        max_tokens=5,
+        stream=True,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    reported = 0
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        if choice.finish_reason is not None and choice.logprobs is None:
+            continue  # the finish, when no token's text waited for it
+        entries = _n_probs_entries(choice.logprobs)
+        assert len(entries) >= 1
+        reported += len(entries)
+    assert reported == 5

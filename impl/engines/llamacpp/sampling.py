@@ -35,7 +35,6 @@ from typing import Any
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
-import torch
 from llama_cpp import _internals
 
 from ..base import Logprobs, SamplingParams, Token
@@ -169,13 +168,13 @@ class Picking:
             if self._penalties is not None:
                 self._penalties.apply(row)
             if self._bias is not None:
-                self._bias.apply(torch.from_numpy(row))
+                self._bias.apply(row)
             if self.guide is not None:
                 self.guide.mask_row(row)
         token_id = self.sampler.pick(logits, index)
         logprobs: Logprobs | None = None
         if row is not None and self._logprobs is not None:
-            logprobs = of_row(torch.from_numpy(row), token_id, self._logprobs)
+            logprobs = of_row(row, token_id, self._logprobs)
         if self.guide is not None:
             self.guide.advance(token_id)
         eos = bool(llama_cpp.llama_vocab_is_eog(vocab, token_id))

@@ -85,7 +85,8 @@ class Sampler:
             if self._penalized:
                 logits = self.counts.penalize(logits, self._params)
             if self._bias is not None:
-                self._bias.apply(logits)
+                logits = logits.contiguous()
+                self._bias.apply(logits.numpy())  # in place, through numpy's view
             if self._guide is not None:
                 logits = self._guide.mask(logits)
             token_id = pick(
@@ -96,7 +97,7 @@ class Sampler:
                 top_k=self._params.top_k,
             )
             k = self._params.logprobs
-            logprobs = None if k is None else of_row(logits, token_id, k)
+            logprobs = None if k is None else of_row(logits.contiguous().numpy(), token_id, k)
         if self._guide is not None:
             self._guide.advance(token_id)
         return token_id, logprobs
