@@ -71,7 +71,9 @@ def of_row(row: Row, token_id: int, k: int) -> Logprobs:
     high = float(row.max())
     if high != high or high == float("inf"):
         raise NonFiniteLogits("NaN or +inf logits where a token was picked")
-    lse = high + float(np.log(np.exp(row - np.float32(high)).sum(dtype=np.float64)))
+    shifted = row - np.float32(high)
+    np.exp(shifted, out=shifted)  # one pass, in place: the sum is at least 1 (the maximum's)
+    lse = high + float(np.log(shifted.sum()))
     return Logprobs(float(row[token_id]) - lse, _best(row, high, lse, k))
 
 
