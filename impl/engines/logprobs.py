@@ -66,12 +66,29 @@ def logit_bias(pairs: Sequence[tuple[int, float]]) -> LogitBias | None:
     return LogitBias(pairs) if any(v != 0 for _, v in pairs) else None
 
 
-def of_row(row: Row, token_id: int, k: int) -> Logprobs:
-    """`token_id`'s log-probability in `row` and the row's `k` best (k >= 0)."""
+class Reporter:
+    """One generation's picked tokens' log-probabilities with their `k` best (`of_row`),
+    through one scratch row made once: a row of the vocabulary's size allocated a token
+    would come and go through the allocator at every step."""
+
+    def __init__(self, k: int) -> None:
+        self._k = k
+        self._scratch: Row | None = None
+
+    def report(self, row: Row, token_id: int) -> Logprobs:
+        scratch = self._scratch
+        if scratch is None or scratch.shape != row.shape:
+            scratch = self._scratch = np.empty_like(row)
+        return of_row(row, token_id, self._k, scratch)
+
+
+def of_row(row: Row, token_id: int, k: int, scratch: Row | None = None) -> Logprobs:
+    """`token_id`'s log-probability in `row` and the row's `k` best (k >= 0); `scratch`, a
+    row of the same shape to work in (else one is made)."""
     high = float(row.max())
     if high != high or high == float("inf"):
         raise NonFiniteLogits("NaN or +inf logits where a token was picked")
-    shifted = row - np.float32(high)
+    shifted = np.subtract(row, np.float32(high), out=scratch)
     np.exp(shifted, out=shifted)  # one pass, in place: the sum is at least 1 (the maximum's)
     lse = high + float(np.log(shifted.sum()))
     return Logprobs(float(row[token_id]) - lse, _best(row, high, lse, k))

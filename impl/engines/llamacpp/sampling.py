@@ -39,7 +39,7 @@ from llama_cpp import _internals
 
 from ..base import Logprobs, SamplingParams, Token
 from ..grammar import Guide
-from ..logprobs import LogitBias, logit_bias, of_row
+from ..logprobs import LogitBias, Reporter, logit_bias
 
 MAX_VIEWS = 1024  # row views a context keeps (a batch of rows has one per row)
 
@@ -153,7 +153,7 @@ class Picking:
         if not is_no_op_penalty(params.frequency_penalty, params.presence_penalty):
             self._penalties = Penalties(params.frequency_penalty, params.presence_penalty)
         self._bias: LogitBias | None = logit_bias(params.logit_bias)
-        self._logprobs = params.logprobs
+        self._logprobs = None if params.logprobs is None else Reporter(params.logprobs)
         self._writes = self._penalties is not None or guide is not None or self._bias is not None
 
     def took(self, token_id: int) -> None:
@@ -174,7 +174,7 @@ class Picking:
         token_id = self.sampler.pick(logits, index)
         logprobs: Logprobs | None = None
         if row is not None and self._logprobs is not None:
-            logprobs = of_row(row, token_id, self._logprobs)
+            logprobs = self._logprobs.report(row, token_id)
         if self.guide is not None:
             self.guide.advance(token_id)
         eos = bool(llama_cpp.llama_vocab_is_eog(vocab, token_id))

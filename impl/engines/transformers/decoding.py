@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..base import Logprobs, Prefilled, SamplingParams, Token
-from ..logprobs import logit_bias, of_row, of_rows
+from ..logprobs import Reporter, logit_bias, of_rows
 from .grammar import Guide
 from .prefix import Held, PrefixCache
 from .sampling import apply_penalties, is_no_op_penalty, pick
@@ -75,6 +75,7 @@ class Sampler:
         self._guide = guide
         self._penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
         self._bias = logit_bias(params.logit_bias)
+        self._reporter = None if params.logprobs is None else Reporter(params.logprobs)
 
     def pick(self, logits: torch.Tensor) -> tuple[int, Logprobs | None]:
         """Apply the penalties, the logit bias, then the grammar's mask, then pick (temperature,
@@ -96,8 +97,10 @@ class Sampler:
                 rng=self._rng,
                 top_k=self._params.top_k,
             )
-            k = self._params.logprobs
-            logprobs = None if k is None else of_row(logits.contiguous().numpy(), token_id, k)
+            reporter = self._reporter
+            logprobs = None
+            if reporter is not None:
+                logprobs = reporter.report(logits.contiguous().numpy(), token_id)
         if self._guide is not None:
             self._guide.advance(token_id)
         return token_id, logprobs
