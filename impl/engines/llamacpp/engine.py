@@ -125,7 +125,7 @@ class LlamaCppEngine:
         raise RuntimeError("llama_detokenize did not fit its own size")
 
     def token_text(self, token_id: int) -> str:
-        return self.decode([token_id])
+        return self.decode([token_id], keep_special=True)
 
     def render_chat(self, prompt: ChatPrompt) -> list[int]:
         return chat.render_chat(self._template, self._tokenize_rendered, prompt)

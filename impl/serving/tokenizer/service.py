@@ -122,5 +122,6 @@ class TokenizerService:
 
 
 def _pieces(engine: Engine, ids: Sequence[int]) -> list[str]:
-    """Each id's own text, decoded alone, special tokens as their text."""
-    return [engine.decode([token], keep_special=True) for token in ids]
+    """Each id's own text, special tokens as their text (`Engine.token_text`, as
+    /api/detokenize's pieces, serving/tokens.py)."""
+    return [engine.token_text(token) for token in ids]
