@@ -24,7 +24,7 @@ from miserver.engines.base import (
     SamplingParams,
 )
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from tests.engines import greedy, run, smollm2_gguf
+from tests.engines import greedy, run, smollm2_gguf, stepped
 
 pytestmark = pytest.mark.model
 
@@ -61,18 +61,7 @@ def drive(
         assert len(rows) == len(asks), joined
     else:
         rows = [batch.join(Joiner(ids, params, None)) for ids, params in asks]
-    out: list[list[int]] = [[] for _ in rows]
-    live = list(range(len(rows)))
-    while live:
-        for i in list(live):
-            row = rows[i]
-            out[i].append(row.last.token_id)
-            if row.last.eos or len(out[i]) == row.budget:
-                batch.leave(row)
-                live.remove(i)
-        if live:
-            batch.step([rows[i] for i in live])
-    return out
+    return [[token.token_id for token in tokens] for tokens in stepped(batch, rows)]
 
 
 def test_greedy_rows_give_the_tokens_each_gives_alone(engine: LlamaCppEngine) -> None:

@@ -29,7 +29,7 @@ from miserver.engines.base import (
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from tests.conftest import ENGINE_THREADS, cache_dir
-from tests.engines import smollm2_gguf
+from tests.engines import smollm2_gguf, stepped
 
 pytestmark = pytest.mark.model
 
@@ -92,18 +92,7 @@ def together(engine: Engine, asks: Sequence[tuple[list[int], SamplingParams]]) -
     for row in joined:
         assert not isinstance(row, Exception), row
         rows.append(row)
-    out: list[list[Token]] = [[] for _ in rows]
-    live = list(range(len(rows)))
-    while live:
-        for i in list(live):
-            row = rows[i]
-            out[i].append(row.last)
-            if row.last.eos or len(out[i]) == row.budget:
-                batch.leave(row)
-                live.remove(i)
-        if live:
-            batch.step([rows[i] for i in live])
-    return out
+    return stepped(batch, rows)
 
 
 def same_logprobs(got: Logprobs | None, expected: Logprobs | None, tol: float) -> None:
