@@ -57,6 +57,26 @@ def _unsteered(response: httpx.Response) -> None:
         raise HeaderViolation("X-miLLM-Steering: none on scoring", value, "OAI-HDR-11")
 
 
+def _chat_entry(entry: Any, alternatives: int, requirement: str) -> list[Any]:
+    """A chat `logprobs.content` entry `{token, logprob, bytes, top_logprobs}` (its shape
+    under `requirement`) with exactly `alternatives` entries of `{token, logprob, bytes}`
+    (OAI-CSCORE-18); its `top_logprobs`."""
+    _expect(
+        _token_entry(entry) and isinstance(entry.get("top_logprobs"), list),
+        "{token, logprob, bytes (UTF-8 of token), top_logprobs}",
+        entry,
+        requirement,
+    )
+    top: list[Any] = entry["top_logprobs"]
+    _expect(
+        len(top) == alternatives and all(_token_entry(t) for t in top),
+        f"top_logprobs: {alternatives} entries of {{token, logprob, bytes}}",
+        top,
+        "OAI-CSCORE-18",
+    )
+    return top
+
+
 def _logprob(value: Any) -> bool:
     return (
         isinstance(value, int | float)
@@ -155,19 +175,7 @@ def chat_scoring_shape(ctx: Context) -> None:
         "OAI-CSCORE-14",
     )
     entry = content[0]
-    _expect(
-        _token_entry(entry) and isinstance(entry.get("top_logprobs"), list),
-        "{token, logprob, bytes (UTF-8 of token), top_logprobs}",
-        entry,
-        "OAI-CSCORE-14",
-    )
-    top = entry["top_logprobs"]
-    _expect(
-        len(top) == TOP and all(_token_entry(t) for t in top),
-        f"top_logprobs: {TOP} entries of {{token, logprob, bytes}}",
-        top,
-        "OAI-CSCORE-18",
-    )
+    _chat_entry(entry, TOP, "OAI-CSCORE-14")
     _expect(
         message["content"] == entry["token"],
         "message content = the scored token",
@@ -304,19 +312,7 @@ def chat_generation_logprobs(ctx: Context) -> None:
     )
     _covers(len(content), _generated_count(reply, "OAI-CSCORE-14"), choice, "OAI-CSCORE-14")
     for entry in content:
-        _expect(
-            _token_entry(entry) and isinstance(entry.get("top_logprobs"), list),
-            "{token, logprob, bytes (UTF-8 of token), top_logprobs}",
-            entry,
-            "OAI-CSCORE-16",
-        )
-        top = entry["top_logprobs"]
-        _expect(
-            len(top) == ALTERNATIVES and all(_token_entry(t) for t in top),
-            f"top_logprobs: {ALTERNATIVES} entries of {{token, logprob, bytes}}",
-            top,
-            "OAI-CSCORE-18",
-        )
+        top = _chat_entry(entry, ALTERNATIVES, "OAI-CSCORE-16")
         values = [t["logprob"] for t in top]
         _expect(
             values == sorted(values, reverse=True) and entry["logprob"] >= values[0] - 1e-6,
