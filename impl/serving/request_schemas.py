@@ -70,7 +70,11 @@ class Document:
     raw: Mapping[str, Any]
 
     def request(self, endpoint: str) -> Schema:
-        return Schema(self.raw["components"]["schemas"][REQUESTS[endpoint]], self.raw)
+        return self.named(REQUESTS[endpoint])
+
+    def named(self, name: str) -> Schema:
+        """The document's schema `name` (`components.schemas`), its `$ref`s resolved."""
+        return Schema(self.raw["components"]["schemas"][name], self.raw)
 
 
 @cache

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from ... import headers as hdr
@@ -35,17 +34,10 @@ from ..completions.refusals import refusals
 from ..completions.requests import GenerationRequest, chat_request, with_thinking
 from ..policy import report_unused, undeclared
 from ..prompts import TextPrompt
-from ..request_schemas import Schema, v1_schema
+from ..request_schemas import v1_schema
 
 CHAT_FIELDS = ("messages", "tools", "chat_template_kwargs")  # what the chat completion gets
 CHAT_ONLY = ("add_generation_prompt", "continue_final_message", "chat_template_kwargs", "tools")
-
-
-@cache
-def schema(name: str) -> Schema:
-    """A request schema of v1.yaml (`TokenizeRequest`, `DetokenizeRequest`), `$ref`s resolved."""
-    document = v1_schema().raw
-    return Schema(document["components"]["schemas"][name], document)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +91,7 @@ def read(
             "chat_template", "here: a chat is rendered with the model's own template"
         )
     strs = bool(req.return_token_strs)
-    stray = list(undeclared(body, schema("TokenizeRequest")))
+    stray = list(undeclared(body, v1_schema().named("TokenizeRequest")))
     if req.prompt is not None:
         unused = [name for name in CHAT_ONLY if body.get(name) is not None] + stray
         text = TextPrompt(req.prompt, req.add_special_tokens is not False)

@@ -24,9 +24,10 @@ from ...settings import Settings
 from ..completions.defaults import RequestDefaults
 from ..policy import undeclared
 from ..prompts import check_ids
+from ..request_schemas import v1_schema
 from ..results import Reply
 from ..scheduler import Scheduler, holding
-from .asks import read, schema, unused_headers
+from .asks import read, unused_headers
 from .info import described
 
 
@@ -75,7 +76,7 @@ class TokenizerService:
         if ids:
             check_ids(ids, "tokens", None)  # a negative id, before any load
         entry = self._entry(req.model)
-        stray = list(undeclared(body, schema("DetokenizeRequest")))
+        stray = list(undeclared(body, v1_schema().named("DetokenizeRequest")))
         max_bytes = self._settings.ignored_fields_header_max_bytes
         headers = unused_headers(entry, stray, request_headers, max_bytes)
         async with self._engine(entry) as engine:
