@@ -34,11 +34,17 @@ GGUF, model `SmolLM2-135M-Instruct:Q4_1`). Issue 42's two goals, per engine:
    Both sides time the whole call (the server's: HTTP, JSON, log-softmax and
    top-1 of 511 positions included). Goal: echo / bare <= 1.15 (in time).
 
-Paths run in `common.mirrored` rounds (after a warm-up of each), in the order
-transformers plain, logprobs, llama.cpp plain, logprobs, transformers bare,
-echo, llama.cpp bare, echo (backwards every other round), so each compared
-pair runs back to back; a goal is the median over rounds of the pair's ratio
-within a round (`peer.goal_row`). The tables (markdown) go to stdout.
+Each compared pair runs in a block of `common.mirrored` rounds of its own
+(after a warm-up of each path; the pair's order swapped every other round):
+transformers plain and logprobs, then llama.cpp's, then transformers bare and
+echo, then llama.cpp's. No other path runs inside a pair's block: when the
+paths of all four pairs ran in one round, the first of a pair ran straight
+after another engine's work (the transformers server's decode, or this
+process's own torch forward) and took that work's tail on the two cores (the
+llama.cpp decode pair measured 0.845-0.918 in the rounds where logprobs went
+first, 0.861-0.992 where plain did, in one run). A goal is the median over
+rounds of the pair's ratio within a round (`peer.goal_row`). The tables
+(markdown) go to stdout.
 """
 
 from __future__ import annotations
@@ -219,20 +225,35 @@ def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[s
     )
     try:
         with servers(work, threads) as urls, httpx.Client(timeout=600.0) as client:
-            paths: dict[str, Callable[[], Run]] = {}
+            pairs: list[dict[str, Callable[[], Run]]] = []
             for name, model in ENGINES.items():
                 url = urls[name]
-                paths[f"{name} plain"] = lambda url=url, model=model: chat(
-                    client, url, model, tokens, logprobs=False
+                pairs.append(
+                    {
+                        f"{name} plain": lambda url=url, model=model: chat(
+                            client, url, model, tokens, logprobs=False
+                        ),
+                        f"{name} logprobs": lambda url=url, model=model: chat(
+                            client, url, model, tokens, logprobs=True
+                        ),
+                    }
                 )
-                paths[f"{name} logprobs"] = lambda url=url, model=model: chat(
-                    client, url, model, tokens, logprobs=True
-                )
-            paths["transformers bare"] = lambda: bare_transformers(engine, ids)
-            paths["transformers echo"] = lambda: echo(client, urls["transformers"], HF_ID, ids)
-            paths["llama.cpp bare"] = lambda: forward.run(ids)
-            paths["llama.cpp echo"] = lambda: echo(client, urls["llama.cpp"], GGUF_ID, ids)
-            return common.mirrored(paths, rounds)
+            pairs.append(
+                {
+                    "transformers bare": lambda: bare_transformers(engine, ids),
+                    "transformers echo": lambda: echo(client, urls["transformers"], HF_ID, ids),
+                }
+            )
+            pairs.append(
+                {
+                    "llama.cpp bare": lambda: forward.run(ids),
+                    "llama.cpp echo": lambda: echo(client, urls["llama.cpp"], GGUF_ID, ids),
+                }
+            )
+            runs: dict[str, list[Run]] = {}
+            for pair in pairs:  # a block of rounds each: no other path runs between or before
+                runs |= common.mirrored(pair, rounds)
+            return runs
     finally:
         forward.close()
         engine.close()
