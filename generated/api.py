@@ -602,6 +602,27 @@ class Info(BaseModel):
     generating: bool
 
 
+class PromptCache(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    entries: Annotated[int, Field(description="States kept now.", ge=0)]
+    bytes: Annotated[int, Field(description="Bytes they hold.", ge=0)]
+    budget_bytes: Annotated[int, Field(description="The most they may hold.", ge=0)]
+    hits: Annotated[int, Field(description="Prompts that restored a state.", ge=0)]
+    misses: Annotated[
+        int, Field(description="Prompts that found none to restore.", ge=0)
+    ]
+    tokens_restored: Annotated[
+        int,
+        Field(
+            description="Prompt tokens restored instead of prefilled, over all hits.",
+            ge=0,
+        ),
+    ]
+    evicted: Annotated[int, Field(description="States dropped for the budget.", ge=0)]
+
+
 class InferenceHealth(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -636,6 +657,12 @@ class InferenceHealth(BaseModel):
     model: Annotated[
         str | None,
         Field(description="The resident model's id; null when none is resident."),
+    ]
+    prompt_cache: Annotated[
+        PromptCache | None,
+        Field(
+            description="The resident engine's prompt cache (contract 0.18.0): KV states of earlier prompts kept in host memory up to `cache-ram`, restored for a prompt that begins like one of them. Null when no model is resident or its engine keeps none (`cache-ram` 0, or the transformers engine)."
+        ),
     ]
 
 

@@ -61,6 +61,12 @@ class StreamOptions(BaseModel):
         extra="allow",
     )
     include_usage: bool | None = None
+    continuous_usage_stats: Annotated[
+        bool | None,
+        Field(
+            description="vLLM's: with `include_usage`, every chunk also carries `usage` as it stands then (the prompt's tokens, those generated so far, their total), not only the last (contract 0.18.0)."
+        ),
+    ] = None
 
 
 class ContentPart(BaseModel):
@@ -889,6 +895,12 @@ class ChatCompletionRequest(BaseModel):
     allowed_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None
     logit_bias: dict[str, float] | None = None
+    ignore_eos: Annotated[
+        bool | None,
+        Field(
+            description="Generate past the end of the text, as vLLM's and llama.cpp's servers do for benchmark clients: every end-of-generation token of the vocabulary is banned (a bias of -100, after the request's `logit_bias`), so a choice ends only at its `max_tokens`, a stop string or the window (contract 0.18.0)."
+        ),
+    ] = None
     user: str | None = None
     profile: str | None = None
     steering_intensity: Annotated[
@@ -976,6 +988,12 @@ class CompletionRequest(BaseModel):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     logit_bias: dict[str, float] | None = None
+    ignore_eos: Annotated[
+        bool | None,
+        Field(
+            description="Generate past the end of the text, as vLLM's and llama.cpp's servers do for benchmark clients: every end-of-generation token of the vocabulary is banned (a bias of -100, after the request's `logit_bias`), so a choice ends only at its `max_tokens`, a stop string or the window (contract 0.18.0)."
+        ),
+    ] = None
     user: str | None = None
     profile: str | None = None
     steering_intensity: Annotated[

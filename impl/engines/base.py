@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from .monitor import Monitor
+from .prompt_cache import PromptCache
 
 
 class EngineId(StrEnum):
@@ -66,7 +67,8 @@ class LoadOptions:
     dtype: str = "auto"  # transformers' compute type: auto, float32, bfloat16, float16
     mmap: bool = True  # llama.cpp maps the file instead of reading it
     mlock: bool = False  # llama.cpp locks the model's pages in RAM
-    parallel: int = 1  # rows decoded together (continuous batching); 1 is serial
+    parallel: int = 1  # rows decoded together (continuous batching); 1 is serial, 0 auto
+    cache_ram: int = -1  # MiB of prompt states kept (engines/prompt_cache.py): 0 none, -1 auto
 
 
 DEFAULT_LOAD = LoadOptions()
@@ -88,6 +90,7 @@ class ModelFacts:
     d_model: int = 0
     n_layers: int = 0
     threads: int = 0  # the threads its forward passes use (0: not recorded)
+    eog_ids: tuple[int, ...] = ()  # the ids that end a generation (`ignore_eos` bans them)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,6 +423,11 @@ class Engine(Protocol):
     @property
     def batch(self) -> Batch | None:
         """The rows this engine decodes together; None when it was loaded serial."""
+        ...
+
+    @property
+    def prompt_cache(self) -> PromptCache | None:
+        """The prompt states it keeps across requests (prompt_cache.py); None when off."""
         ...
 
     def close(self) -> None: ...

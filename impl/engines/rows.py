@@ -31,6 +31,21 @@ class Rows(Protocol[R_contra]):
 
 T = TypeVar("T", bound=Rows[Any])
 
+ROW_WINDOW = 2048  # tokens: the least window a row of an automatic batch gets
+MAX_ROWS = 4  # rows an automatic `parallel` decodes together at most (llama-server's 4 slots)
+AUTO = 0  # `LoadOptions.parallel` for "auto": the engine's loader picks `rows_for` its window
+
+
+def rows_for(window: int) -> int:
+    """The rows `parallel: auto` decodes together on a `window`-token context: each keeps
+    at least ROW_WINDOW tokens, at most MAX_ROWS rows (1: serial)."""
+    return max(1, min(MAX_ROWS, window // ROW_WINDOW))
+
+
+def parallel_of(asked: int, window: int) -> int:
+    """The rows a load decodes together: `asked`, or (AUTO) `rows_for(window)`."""
+    return rows_for(window) if asked == AUTO else max(1, asked)
+
 
 def prompt_row(prompt_ids: Sequence[int], window: int) -> list[int]:
     """A prompt's ids as a row takes them; refused when empty or longer than the window."""

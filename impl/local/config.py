@@ -208,7 +208,8 @@ class ConfigService:
             dtype=str(values["dtype"]),
             mmap=bool(values["mmap"]),
             mlock=bool(values["mlock"]),
-            parallel=int(values["parallel"]),
+            parallel=count("parallel"),
+            cache_ram=-1 if values["cache-ram"] == AUTO else int(values["cache-ram"]),
         )
 
     def params(self) -> list[dict[str, Any]]:

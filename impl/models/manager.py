@@ -22,13 +22,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal, TypeVar
 
 from ..engines.base import Capability, Engine, EngineId, LoadOptions
 from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
 from ..engines.llamacpp import load_llamacpp_engine
+from ..engines.rows import AUTO as AUTO_ROWS
 from ..engines.transformers import load_transformers_engine
 from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
 from ..engines.transformers.engine import ENCODER_CAPABILITIES
@@ -36,7 +37,7 @@ from ..engines.transformers.float32 import Float32Settings
 from ..errors import ApiError
 from ..settings import Settings
 from .lock import ModelLock
-from .memory import available_mib, needed_mib
+from .memory import available_mib, cache_mib, needed_mib, rows_fit
 from .registry import ModelEntry, ModelRegistry
 
 log = logging.getLogger(__name__)
@@ -274,6 +275,13 @@ class ModelManager:
         loop = asyncio.get_running_loop()
         load = ENGINE_KINDS[entry.engine].load
         options = self.load_options()
+        if options.cache_ram < 0:  # auto: half what the model leaves, at most the default
+            options = replace(options, cache_ram=cache_mib(entry, self._settings.memory_budget_mb))
+        if options.parallel == AUTO_ROWS and not rows_fit(entry, self._settings.memory_budget_mb):
+            log.warning(
+                "%s loads serial: its rows' KV cache would not fit in memory", entry.model_id
+            )
+            options = replace(options, parallel=1)
         try:
             engine = await loop.run_in_executor(
                 self._executor, load, entry, self._settings, options

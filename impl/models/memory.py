@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..engines import gguf
 from ..engines.base import EngineId
+from ..engines.prompt_cache import DEFAULT_MIB
 from .registry import ModelEntry
 
 MIB = 1 << 20
@@ -39,6 +40,26 @@ def _kv_cache_bytes(path: Path) -> int:
     kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
     width = int(meta.get(f"{arch}.embedding_length", 0))
     return facts.context_length * layers * (width // heads) * kv_heads * 2 * 2
+
+
+def rows_fit(entry: ModelEntry, budget_mb: int = 0) -> bool:
+    """Whether `parallel: auto` may batch `entry`: on llama.cpp the rows share the window
+    in a context of their own, a second KV cache as large as the serial one, which must fit
+    beside the model (`needed_mib`) in the memory available now. transformers' rows grow
+    their caches as they decode, as a serial request's does."""
+    if entry.engine != EngineId.LLAMACPP:
+        return True
+    rows_kv = -(-_kv_cache_bytes(entry.path) // MIB)
+    return needed_mib(entry) + rows_kv <= available_mib(budget_mb)
+
+
+def cache_mib(entry: ModelEntry, budget_mb: int = 0) -> int:
+    """The prompt cache's size for `cache-ram: auto`: half the memory `entry` leaves once
+    loaded (its rows' KV cache counted), at most the engine's default."""
+    left = available_mib(budget_mb) - needed_mib(entry)
+    if entry.engine == EngineId.LLAMACPP:
+        left -= -(-_kv_cache_bytes(entry.path) // MIB)
+    return max(0, min(DEFAULT_MIB, left // 2))
 
 
 def needed_mib(entry: ModelEntry) -> int:

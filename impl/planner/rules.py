@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engines.base import EngineId
+from ..engines.rows import MAX_ROWS, ROW_WINDOW, rows_for
 from . import cost
 from .machine import Machine
 from .shape import Shape
 
 MIB = 1 << 20
-ROW_WINDOW = 2048  # tokens: the least window a parallel row gets
-MAX_ROWS = 4
 BATCH = 512  # prompt tokens a pass: llama.cpp's own micro-batch
 MIN_CTX = 512
 THREADS_TIE = 0.03  # a slower decode than the fastest by at most this still counts as tied
@@ -101,11 +100,6 @@ def _at(threads: int, dtype: str) -> cost.Settings:
     return cost.Settings(
         threads=threads, ctx_size=MIN_CTX, batch_size=BATCH, parallel=1, dtype=dtype
     )
-
-
-def rows_for(ctx: int) -> int:
-    """Parallel rows for a window: each keeps at least ROW_WINDOW tokens, at most MAX_ROWS."""
-    return max(1, min(MAX_ROWS, ctx // ROW_WINDOW))
 
 
 def _ctx_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
@@ -310,11 +304,12 @@ def settings_of(values: Mapping[str, Any], shape: Shape, machine: Machine) -> co
         value = values.get(key, "auto")
         return auto if value == "auto" else int(value)
 
+    ctx = count("ctx-size", shape.n_ctx_train or 4096)
     return cost.Settings(
         threads=count("threads", machine.physical_cores),
-        ctx_size=count("ctx-size", shape.n_ctx_train or 4096),
+        ctx_size=ctx,
         batch_size=count("batch-size", BATCH),
-        parallel=int(values.get("parallel", 1)),
+        parallel=count("parallel", rows_for(ctx)),
         dtype=str(values.get("dtype", "auto")),
     )
 

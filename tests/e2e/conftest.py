@@ -158,9 +158,11 @@ def base_url(server: LiveServer) -> str:
 
 @pytest.fixture(scope="session")
 def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """A second server whose queue holds one waiter and whose heartbeat is 0.5 s."""
+    """A second server whose queue holds one waiter and whose heartbeat is 0.5 s; serial
+    (`--parallel 1`), so one request holds the slot as the queue's tests need."""
     env = {"QUEUE_MAX_WAITING": "1", "QUEUE_HEARTBEAT_SECONDS": "0.5"}
-    with live_server(tmp_path_factory.mktemp("e2e-queue-server"), env) as running:
+    workdir = tmp_path_factory.mktemp("e2e-queue-server")
+    with live_server(workdir, env, args=["--parallel", "1"]) as running:
         yield running
 
 

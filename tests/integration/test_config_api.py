@@ -477,12 +477,14 @@ def test_a_flag_the_row_refuses_stops_the_launch(args: list[str]) -> None:
     assert stopped.value.code == 2
 
 
-# -- continuous batching is opt-in (OAI-CBM-01) ------------------------------------------------
+# -- continuous batching is on by default (issue 43, superseding OAI-CBM-01) ------------------
 
 
-def test_parallel_is_serial_unless_enabled(client: TestClient) -> None:
-    """OAI-CBM-01: the `parallel` row is an advanced session int, 1 to 64, default 1, so a
-    server nobody configured loads serial; "auto" and values out of range are refused."""
+def test_parallel_is_auto_unless_set(client: TestClient) -> None:
+    """Issue 43 (superseding OAI-CBM-01's opt-in): the `parallel` row is an advanced session
+    int, 1 to 64 or "auto", default auto (the engine's loader picks the rows for the
+    window, `LoadOptions.parallel` 0), so a server nobody configured batches; 1 keeps the
+    serial path; values out of range are refused."""
     row = {row["key"]: row for row in client.get("/api/params").json()}["parallel"]
     assert (row["type"], row["scope"], row["group"], row["level"]) == (
         "int",
@@ -490,17 +492,40 @@ def test_parallel_is_serial_unless_enabled(client: TestClient) -> None:
         "compute",
         "advanced",
     )
-    assert (row["flag"], row["min"], row["max"], row["default"]) == ("--parallel", 1, 64, 1)
-    assert client.get("/api/config").json()["values"]["parallel"] == 1
+    assert (row["flag"], row["min"], row["max"], row["default"]) == ("--parallel", 1, 64, "auto")
+    assert row["accepts_auto"] is True
+    assert client.get("/api/config").json()["values"]["parallel"] == "auto"
     server = cast(Server, client.app)
-    assert server.state.config.load_options().parallel == 1
+    assert server.state.config.load_options().parallel == 0
     change = put(client, {"values": {"parallel": 0, "top-k": 3}})
     assert set(change["rejected"]) == {"parallel"}
-    change = put(client, {"values": {"parallel": "auto"}})
+    change = put(client, {"values": {"parallel": 65}})
     assert set(change["rejected"]) == {"parallel"}
-    change = put(client, {"values": {"parallel": 8}})
+    change = put(client, {"values": {"parallel": 1}})
     assert change["rejected"] == {} and change["user_keys"] == ["parallel", "top-k"]
-    assert server.state.config.load_options().parallel == 8
+    assert server.state.config.load_options().parallel == 1
+    put(client, {"values": {"parallel": "auto"}})
+    assert server.state.config.load_options().parallel == 0
+
+
+def test_cache_ram_is_auto_unless_set(client: TestClient) -> None:
+    """Issue 43: the `cache-ram` row (the prompt cache's MiB) is an advanced session int,
+    0 (off) or more, or "auto" (the default: `LoadOptions.cache_ram` -1, which the model
+    manager turns into half the memory the model leaves, at most 8192 MiB)."""
+    row = {row["key"]: row for row in client.get("/api/params").json()}["cache-ram"]
+    assert (row["type"], row["scope"], row["level"], row["flag"], row["unit"]) == (
+        "int",
+        "session",
+        "advanced",
+        "--cache-ram",
+        "MiB",
+    )
+    assert (row["min"], row["default"], row["accepts_auto"]) == (0, "auto", True)
+    server = cast(Server, client.app)
+    assert server.state.config.load_options().cache_ram == -1
+    assert set(put(client, {"values": {"cache-ram": -1}})["rejected"]) == {"cache-ram"}
+    assert put(client, {"values": {"cache-ram": 0}})["rejected"] == {}
+    assert server.state.config.load_options().cache_ram == 0
 
 
 def test_the_parallel_flag_reaches_the_config_and_the_next_load(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
-"""GET /api/health/inference: which backend serves generations, and the slot's occupancy
-(OAI-CBM-14), with continuous batching opt-in through `parallel` (OAI-CBM-01)."""
+"""GET /api/health/inference: which backend serves generations, the slot's occupancy
+(OAI-CBM-14) and the prompt cache (issue 43). Continuous batching is on by default
+(`parallel: auto`, issue 43, superseding OAI-CBM-01's opt-in) and `parallel` 1 keeps the
+serial path."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from miserver.settings import Settings
 from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
 from tests.local_api import configure, load
 
-FIELDS = {"backend", "parallel", "slots_in_use", "queue_length", "model"}
+FIELDS = {"backend", "parallel", "slots_in_use", "queue_length", "model", "prompt_cache"}
+EMPTY_CACHE = {"entries": 0, "bytes": 0, "hits": 0, "misses": 0, "tokens_restored": 0, "evicted": 0}
 
 
 @pytest.fixture
@@ -44,6 +47,7 @@ def test_no_model_resident_is_serial(client: TestClient) -> None:
         "slots_in_use": 0,
         "queue_length": 0,
         "model": None,
+        "prompt_cache": None,
     }
 
 
@@ -68,25 +72,42 @@ def test_a_held_slot_and_a_waiter_are_counted(client: TestClient) -> None:
 
 
 @pytest.mark.model
-def test_the_default_model_loads_serial(client: TestClient) -> None:
-    """OAI-CBM-01, OAI-CBM-14: with `parallel` left at its default the GGUF model loads
-    serial: `serial`, one row, its id as `model`; after an unload `model` is null again."""
+def test_the_default_model_loads_batched_with_a_prompt_cache(client: TestClient) -> None:
+    """OAI-CBM-14, issue 43 (batching on by default, superseding OAI-CBM-01's opt-in):
+    with `parallel` and `cache-ram` left at auto the GGUF model (an 8192-token window)
+    loads `continuous_batching` with 4 rows of 2048 tokens, and an empty prompt cache
+    with a budget; after an unload `model` and `prompt_cache` are null again."""
     load(client, GGUF_ID)
-    assert health(client) == {
-        "backend": "serial",
-        "parallel": 1,
+    found = health(client)
+    cache = found.pop("prompt_cache")
+    assert found == {
+        "backend": "continuous_batching",
+        "parallel": 4,
         "slots_in_use": 0,
         "queue_length": 0,
         "model": GGUF_ID,
     }
+    assert {k: v for k, v in cache.items() if k != "budget_bytes"} == EMPTY_CACHE
+    assert cache["budget_bytes"] > 0
     assert client.post("/api/session/unload", headers=JSON).status_code == 200
-    assert health(client)["model"] is None
+    assert (health(client)["model"], health(client)["prompt_cache"]) == (None, None)
+
+
+@pytest.mark.model
+def test_parallel_1_and_cache_ram_0_load_serial_with_no_cache(client: TestClient) -> None:
+    """OAI-CBM-14, issue 43: `parallel` 1 keeps the serial path, and `cache-ram` 0 turns
+    the prompt cache off (`prompt_cache` null)."""
+    configure(client, parallel=1, **{"cache-ram": 0})
+    load(client, GGUF_ID)
+    found = health(client)
+    assert (found["backend"], found["parallel"], found["prompt_cache"]) == ("serial", 1, None)
 
 
 @pytest.mark.model
 def test_parallel_4_loads_continuous_batching_on_llama_cpp(client: TestClient) -> None:
-    """OAI-CBM-01, OAI-CBM-14: `parallel` 4 set over PUT /api/config applies at the next
-    load: the GGUF model then runs `continuous_batching` with 4 rows. The backend shown is
+    """OAI-CBM-14: `parallel` 4 set over PUT /api/config applies at the next load, even on a
+    512-token window (auto would load it serial): the GGUF model then runs
+    `continuous_batching` with 4 rows. The backend shown is
     the loaded model's, so setting `parallel` back to 1 changes nothing until a reload."""
     configure(client, parallel=4, **{"ctx-size": 512})
     assert health(client)["backend"] == "serial"  # nothing loaded yet
@@ -106,8 +127,9 @@ def test_parallel_4_loads_continuous_batching_on_llama_cpp(client: TestClient) -
 
 @pytest.mark.model
 def test_parallel_4_loads_continuous_batching_on_transformers(client: TestClient) -> None:
-    """OAI-CBM-01, OAI-CBM-14: the transformers engine batches too: with `parallel` 4 it
-    loads `continuous_batching` with 4 rows, and with 1 it loads `serial`."""
+    """OAI-CBM-14: the transformers engine batches too: with `parallel` 4 it loads
+    `continuous_batching` with 4 rows, and with 1 it loads `serial`; it keeps no prompt
+    cache yet (`prompt_cache` null)."""
     configure(client, parallel=4)
     load(client, MODEL_ID)
     found = health(client)

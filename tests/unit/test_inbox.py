@@ -73,10 +73,13 @@ def _push_all(whole: bool) -> list[ChoiceEvent]:
 
 
 def test_a_whole_choice_sends_its_text_in_one_delta_before_its_end() -> None:
-    """OAI-CHAT-05: the JSON path reads the same text either way; whole, it crosses once."""
+    """OAI-CHAT-05: the JSON path reads the same text either way; whole, it crosses once.
+    Each piece says how many tokens the choice had made when it went out (issue 43: a
+    stream's continuous usage)."""
     streamed, whole = _push_all(whole=False), _push_all(whole=True)
-    assert streamed == [TextDelta("a"), TextDelta("b"), TextDelta("c"), ChoiceEnd("length", 3)]
-    assert whole == [TextDelta("abc"), ChoiceEnd("length", 3)]
+    pieces = [TextDelta(t, generated=n) for n, t in enumerate("abc", start=1)]
+    assert streamed == [*pieces, ChoiceEnd("length", 3)]
+    assert whole == [TextDelta("abc", generated=3), ChoiceEnd("length", 3)]
 
 
 class _Clock:
@@ -207,7 +210,7 @@ def test_a_whole_choice_without_stops_detokenizes_at_its_end() -> None:
         assert text.push(Token(token_id=token_id, eos=False), 0.0) is None
     assert engine.decodes == 0 and events == []
     events.append(text.finish("length"))
-    assert events == [TextDelta("abc"), ChoiceEnd("length", 3)]
+    assert events == [TextDelta("abc", generated=3), ChoiceEnd("length", 3)]
 
     stopped = ChoiceJob(
         prompt_ids=[0],
@@ -220,7 +223,7 @@ def test_a_whole_choice_without_stops_detokenizes_at_its_end() -> None:
     text = ChoiceText(_Engine(), stopped, threading.Event(), events.append)  # type: ignore[arg-type]
     ends = [text.push(Token(token_id=token_id, eos=False), 0.0) for token_id in (0, 1, 2)]
     assert ends[:2] == [None, None] and ends[2] == ChoiceEnd("stop", 3)
-    assert events == [TextDelta("ab")]
+    assert events == [TextDelta("ab", generated=3)]
 
 
 def test_a_whole_choice_cancelled_sends_the_text_it_made() -> None:
@@ -234,4 +237,4 @@ def test_a_whole_choice_cancelled_sends_the_text_it_made() -> None:
     assert text.push(Token(token_id=0, eos=False), 0.0) is None
     cancel.set()
     end = text.push(Token(token_id=1, eos=False), 0.0)
-    assert end == ChoiceEnd("cancelled", 2) and events == [TextDelta("ab")]
+    assert end == ChoiceEnd("cancelled", 2) and events == [TextDelta("ab", generated=2)]

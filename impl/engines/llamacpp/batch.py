@@ -50,9 +50,11 @@ from llama_cpp import _internals
 
 from ..base import SamplingParams, Token
 from ..grammar import Guide
+from ..prompt_cache import PromptCache
 from ..rows import prompt_row
 from .batches import put
 from .sampling import Logits, Picking
+from .states import States
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -88,7 +90,13 @@ class _Sequence:
 class Rows:
     """A batch of up to `capacity` rows decoded together on one llama.cpp context."""
 
-    def __init__(self, llama: llama_cpp.Llama, capacity: int, window: int) -> None:
+    def __init__(
+        self,
+        llama: llama_cpp.Llama,
+        capacity: int,
+        window: int,
+        cache: PromptCache | None = None,
+    ) -> None:
         # the serial context's own parameters (threads, batch sizes, attention kernel), so a
         # row computes as the serial path does; only the sequences and their room differ
         params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
@@ -108,6 +116,9 @@ class Rows:
         self.capacity = capacity
         self.window = window
         self._closed = False
+        self._states = None
+        if cache is not None and cache.enabled:  # states keyed by the batch's streams
+            self._states = States(self._ctx, cache, capacity)
 
     # -- rows --------------------------------------------------------------------
 
@@ -245,7 +256,9 @@ class Rows:
         """A free sequence for `ids` and how many of them its KV keeps (at most all but the
         last, so the last is run and its logits are fresh). The free sequence that shares
         most (the least recently used among equals) lends its KV to an end of the block
-        when it is not one."""
+        when it is not one; when the prompt cache holds a longer prefix than any free
+        sequence, it is restored there instead (states.py). What the taken sequence drops
+        is saved to the prompt cache first (a copy's target is saved by `_copy`)."""
         ends = self._ends()
         if not ends:
             raise RuntimeError("every row of the batch is taken")
@@ -260,11 +273,19 @@ class Rows:
         n = max(ends, key=rank)
         free = [m for m, s in enumerate(sequences) if s.row is None]
         lender = max(free, key=rank)
+        states = self._states
+        if states is not None:  # restored only where no copy is pending (copies wait)
+            restored = states.restore(n, ids, shared(lender), sequences[n].held)
+            if restored is not None:
+                sequences[n].used, sequences[n].held = next(self._clock), restored
+                return n, len(restored)
         if shared(lender) > shared(n):
             spares = [m for m in free if m not in (n, lender)]
             if spares:  # what `n` held is not lost: the least recently used KV goes instead
                 self._copy(n, min(spares, key=lambda m: sequences[m].used))
             self._copy(lender, n)
+        elif states is not None and shared(n) < len(sequences[n].held):
+            states.save(n, sequences[n].held)  # what it drops stays in the prompt cache
         kept = shared(n)
         if not llama_cpp.llama_memory_seq_rm(self._memory, n, kept, -1):
             llama_cpp.llama_memory_seq_rm(self._memory, n, -1, -1)
@@ -274,7 +295,10 @@ class Rows:
 
     def _copy(self, source: int, target: int) -> None:
         """Sequence `target`'s KV becomes a copy of `source`'s (the whole stream, at the next
-        decode, copies in the order made); `source` keeps its own."""
+        decode, copies in the order made); `source` keeps its own. What `target` held is
+        saved to the prompt cache first."""
+        if self._states is not None:
+            self._states.save(target, self._sequences[target].held)
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
         copied, original = self._sequences[target], self._sequences[source]
         copied.held, copied.used = list(original.held), original.used

@@ -40,14 +40,23 @@ import torch
 
 from ..base import Logprobs, Scored, ScoreQuery, Token
 from ..logprobs import of_rows, scored
+from ..prompt_cache import PromptCache
 from .batches import fill
 from .sampling import Logits, Picking
+from .states import States
+
+
+def eog_ids(llama: llama_cpp.Llama) -> tuple[int, ...]:
+    """Every end-of-generation id of the vocabulary (llama.cpp's EOG set, not only EOS)."""
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    is_eog = llama_cpp.llama_vocab_is_eog
+    return tuple(i for i in range(int(llama.n_vocab())) if is_eog(vocab, i))
 
 
 class Context:
     """A loaded `Llama` and the bookkeeping for reusing its KV cache."""
 
-    def __init__(self, llama: llama_cpp.Llama) -> None:
+    def __init__(self, llama: llama_cpp.Llama, cache: PromptCache | None = None) -> None:
         self.llama = llama
         self.lock = threading.Lock()
         self.vocab = llama_cpp.llama_model_get_vocab(llama.model)
@@ -60,6 +69,7 @@ class Context:
         self._one = llama_cpp.llama_batch_init(1, 0, 1)  # the decode step's batch
         fill(self._one, [0], 0, 0, 0)  # a step rewrites only its token and position
         self._one_token, self._one_pos = self._one.token, self._one.pos  # ctypes pointers
+        self._states = None if cache is None or not cache.enabled else States(self._ctx, cache, 1)
 
     @property
     def window(self) -> int:
@@ -93,10 +103,28 @@ class Context:
             llama.input_ids[n] = token
             llama.n_tokens = n + 1
             return n
-        reused = self._keep_prefix(ids if reuse else ())
+        reused = self._take_prefix(ids if reuse else ())
         self._owner = owner
         self._prefill(ids, reused)
         return reused
+
+    def _take_prefix(self, ids: Sequence[int]) -> int:
+        """Keep what the cache shares with `ids` (nothing for no ids), or restore a longer
+        prefix from the prompt cache (states.py); what the KV drops is saved there first.
+        The count kept."""
+        states, llama = self._states, self.llama
+        if states is None:
+            return self._keep_prefix(ids)
+        held = [int(i) for i in llama.input_ids[: llama.n_tokens]]
+        kept = self._common(ids)
+        restored = states.restore(0, ids, kept, held) if ids else None
+        if restored is None:
+            if kept < len(held):
+                states.save(0, held)
+            return self._keep_prefix(ids)
+        llama.input_ids[: len(restored)] = restored
+        llama.n_tokens = len(restored)
+        return len(restored)
 
     def _prefill(self, ids: Sequence[int], start: int) -> None:
         """Run `ids[start:]` after the `start` tokens the cache holds, in chunks of n_batch;
@@ -128,15 +156,20 @@ class Context:
         """Someone else (a decision) changed the cache: the next generation step re-holds."""
         self._owner = None
 
+    def _common(self, ids: Sequence[int]) -> int:
+        """How many of `ids` the cache holds (at most all but the last)."""
+        llama = self.llama
+        limit = min(llama.n_tokens, len(ids) - 1)
+        if limit <= 0:
+            return 0
+        held = llama.input_ids[:limit]
+        differ = np.flatnonzero(held != np.asarray(ids[:limit], dtype=held.dtype))
+        return int(differ[0]) if differ.size else limit
+
     def _keep_prefix(self, ids: Sequence[int]) -> int:
         """Drop what the cache holds past its common prefix with `ids` (< len(ids))."""
         llama = self.llama
-        limit = min(llama.n_tokens, len(ids) - 1)
-        kept = 0
-        if limit > 0:
-            held = llama.input_ids[:limit]
-            differ = np.flatnonzero(held != np.asarray(ids[:limit], dtype=held.dtype))
-            kept = int(differ[0]) if differ.size else limit
+        kept = self._common(ids)
         if kept < llama.n_tokens and (kept == 0 or not llama._ctx.kv_cache_seq_rm(-1, kept, -1)):
             # nothing to keep, or a cache that cannot drop a tail (recurrent models)
             llama.reset()  # type: ignore[no-untyped-call]
@@ -157,7 +190,7 @@ class Context:
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         llama, batch = self.llama, self._batch
-        self._keep_prefix(())
+        self._take_prefix(())
         self._owner = owner
         llama._ctx.kv_cache_seq_rm(-1, 0, -1)
         out: list[Logprobs] = []
@@ -187,11 +220,6 @@ class Context:
                 prompt = tuple(self.hold_scored(ids, owner, query.prompt_logprobs))
             result = scored(torch.from_numpy(self._logits.row(-1)), query)
         return replace(result, prompt=prompt)
-
-    def eog_ids(self) -> list[int]:
-        """Every end-of-generation token id of the vocabulary."""
-        n_vocab = int(self.llama.n_vocab())
-        return [i for i in range(n_vocab) if self.is_eog(i)]
 
     def close(self) -> None:
         """Free the model and the context; a generator still open fails at its next step."""

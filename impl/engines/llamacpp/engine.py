@@ -32,6 +32,7 @@ from ..base import (
 from ..capabilities import capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..grammar import Grammars
+from ..prompt_cache import PromptCache
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding, grammar
 from .batch import Joining, Row, Rows
@@ -58,12 +59,14 @@ class LlamaCppEngine:
         *,
         embeddings: bool = True,
         parallel: int = 1,
+        cache: PromptCache | None = None,
     ):
-        self._context: Context | None = Context(llama)
+        self._cache = cache
+        self._context: Context | None = Context(llama, cache)
         self._batch: RowsBatch | None = None
         if parallel > 1:
             window = int(llama.n_ctx()) // parallel  # the rows share the serial window's KV
-            self._batch = RowsBatch(self, Rows(llama, parallel, window))
+            self._batch = RowsBatch(self, Rows(llama, parallel, window, cache))
         self._grammars: Grammars | None = grammar.grammars(self._context)
         self._embeddings = embeddings
         self._facts = facts
@@ -89,6 +92,11 @@ class LlamaCppEngine:
     def batch(self) -> RowsBatch | None:
         """Rows decoded together on their own context (loaded with `parallel` > 1)."""
         return self._batch
+
+    @property
+    def prompt_cache(self) -> PromptCache | None:
+        """The prompt states kept across requests (engines/prompt_cache.py), None when off."""
+        return self._cache
 
     @property
     def template(self) -> chat.ChatTemplate:
@@ -225,6 +233,8 @@ class LlamaCppEngine:
         if self._batch is not None:
             self._batch.close()
         self._grammars = None
+        if self._cache is not None:
+            self._cache.clear()
         context.close()
         logger.info("closed llama.cpp engine for %s", self._facts.model_id)
 

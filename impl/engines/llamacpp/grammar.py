@@ -19,7 +19,7 @@ import llama_cpp
 import llguidance
 
 from .. import grammar
-from .context import Context
+from .context import Context, eog_ids
 
 _PIECE_BYTES = 16 * 1024
 _SPECIAL = b"\xff"
@@ -52,7 +52,7 @@ def _lltokenizer(context: Context) -> llguidance.LLTokenizer:
             tokens=tokens,
             vocab_ptr=vocab,
             tokenize_fptr=tokenize,
-            eos_token=context.eog_ids(),
+            eos_token=list(eog_ids(context.llama)),
             slices=None,
         )
 

@@ -10,7 +10,10 @@ import llama_cpp
 from .. import gguf
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from ..cores import usable_cores
+from ..prompt_cache import prompt_cache
+from ..rows import parallel_of
 from .chat import ChatTemplate
+from .context import eog_ids
 from .engine import LlamaCppEngine
 
 logger = logging.getLogger(__name__)
@@ -55,8 +58,10 @@ def load_llamacpp_engine(
         facts.context_length,
     )
     template = chat_template(llama, header)
+    parallel = parallel_of(options.parallel, facts.context_length)
+    cache = prompt_cache(options.cache_ram)
     return LlamaCppEngine(
-        llama, facts, template, embeddings=embeddings, parallel=max(1, options.parallel)
+        llama, facts, template, embeddings=embeddings, parallel=parallel, cache=cache
     )
 
 
@@ -112,6 +117,7 @@ def _model_facts(
         owned_by=owned_by,
         has_chat_template=header.chat_template is not None,
         threads=int(llama.n_threads),
+        eog_ids=eog_ids(llama),
     )
 
 

@@ -34,6 +34,7 @@ from ..base import (
 from ..capabilities import capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..monitor import Monitor
+from ..prompt_cache import PromptCache
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding
 from .batch import Row, Rows, batchable
@@ -245,6 +246,11 @@ class TransformersEngine:
     def batch(self) -> RowsBatch | None:
         """Rows decoded together on one padded cache (loaded with `parallel` > 1)."""
         return self._batch
+
+    @property
+    def prompt_cache(self) -> PromptCache | None:
+        """None: this engine keeps each row's own prefix (prefix.py), no prompt cache yet."""
+        return None
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:

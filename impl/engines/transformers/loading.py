@@ -20,6 +20,7 @@ from transformers import (
 
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from ..cores import usable_cores
+from ..rows import parallel_of
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
@@ -47,7 +48,8 @@ def load_transformers_engine(
     passes, 0 the physical cores this process may use (`..cores`);
     `options.dtype` other than auto casts the weights; `options.ctx_size` > 0
     shortens the context the server serves (never past the model's own).
-    `options.parallel` > 1 decodes that many rows together (`batch.py`).
+    `options.parallel` > 1 decodes that many rows together (`batch.py`), 0 (auto)
+    `rows.rows_for` the context.
     `batch_size`, `mmap` and `mlock` are llama.cpp's and change nothing here.
     """
     report = _reporter(progress)
@@ -65,14 +67,16 @@ def load_transformers_engine(
         facts = replace(facts, context_length=options.ctx_size)
     report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
     capabilities = ENCODER_CAPABILITIES if encoder else CAPABILITIES
+    ends = eos_ids(model, tokenizer)
+    facts = replace(facts, eog_ids=tuple(sorted(ends)))
     return TransformersEngine(
         model,
         tokenizer,
         facts,
-        eos_ids(model, tokenizer),
+        ends,
         float32=float32,
         capabilities=capabilities,
-        parallel=1 if encoder else max(1, options.parallel),
+        parallel=1 if encoder else parallel_of(options.parallel, facts.context_length),
     )
 
 

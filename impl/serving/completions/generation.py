@@ -39,6 +39,8 @@ class TextDelta:
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()
     prompt: bool = False
+    generated: int = 0  # the choice's tokens generated when it went out
+    cached: int = 0  # the prompt tokens its prefill found cached
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +149,7 @@ class ChoiceText:
         if self._job.whole:
             self._held.append(text)
         else:
-            self._emit(TextDelta(text, self._taken()))
+            self._emit(TextDelta(text, self._taken(), False, self.count, self.cached))
 
     def _taken(self) -> tuple[TokenLogprob, ...]:
         reported = tuple(self._reported)
@@ -158,7 +160,9 @@ class ChoiceText:
         """The end event, after a whole reply's text (and the tokens reported since)."""
         self._catch_up()
         if self._held or self._reported:
-            self._emit(TextDelta("".join(self._held), self._taken()))
+            self._emit(
+                TextDelta("".join(self._held), self._taken(), False, self.count, self.cached)
+            )
             self._held.clear()
         return ChoiceEnd(reason, self.count, self.cached)
 
@@ -333,13 +337,14 @@ def _joins(event: ChoiceEvent) -> bool:
 
 def _joined(first: TextDelta, events: deque[ChoiceEvent]) -> TextDelta:
     """`first` and the text pieces that wait after it, taken out of `events`, as one."""
-    parts, reported = [first.text], list(first.logprobs)
+    parts, reported, last = [first.text], list(first.logprobs), first
     while events and _joins(waiting := events[0]):
         assert isinstance(waiting, TextDelta)
         events.popleft()
         parts.append(waiting.text)
         reported.extend(waiting.logprobs)
-    return TextDelta("".join(parts), tuple(reported))
+        last = waiting
+    return TextDelta("".join(parts), tuple(reported), False, last.generated, last.cached)
 
 
 def stream_choice(

@@ -26,11 +26,13 @@ from ...engines.base import (
     ConstraintUnsupported,
     Engine,
     Hooks,
+    ModelFacts,
     PromptError,
     Rng,
     SamplingParams,
 )
 from ...engines.capabilities import Constrainer, Inspectable
+from ...engines.logprobs import BAN
 from ...errors import ApiError, InvalidParameter
 from ...models.manager import ModelManager
 from ..chat import schema_subset
@@ -169,6 +171,12 @@ class Tally:
 
     def usage(self, prepared: Prepared) -> dict[str, Any]:
         return shapes.usage(prepared.prompt_tokens, self.completion, self.cached)
+
+    def so_far(self, prepared: Prepared, generated: int, cached: int) -> dict[str, Any]:
+        """The usage while a choice is `generated` tokens in (its prompt found `cached`)."""
+        return shapes.usage(
+            prepared.prompt_tokens, self.completion + generated, self.cached + cached
+        )
 
 
 def prompt_ids(
@@ -324,6 +332,17 @@ async def _compile(output: OutputFormat, engine: Engine, manager: ModelManager) 
         ) from exc
 
 
+def bias(req: GenerationRequest, facts: ModelFacts) -> tuple[tuple[int, float], ...]:
+    """The request's `logit_bias`; with `ignore_eos`, every end-of-generation id banned over
+    it (a bias of -100), so the choice ends only at its budget, a stop string or the
+    window, as vLLM's and llama.cpp's servers do."""
+    if not req.ignore_eos:
+        return req.logit_bias
+    ends = set(facts.eog_ids)
+    kept = tuple(pair for pair in req.logit_bias if pair[0] not in ends)
+    return kept + tuple((i, BAN) for i in facts.eog_ids)
+
+
 def check_bias(bias: Sequence[tuple[int, float]], vocab_size: int) -> None:
     """A biased id outside the vocabulary is refused, naming `logit_bias.<id>`."""
     for token_id, _ in bias:
@@ -382,7 +401,7 @@ def job(
         presence_penalty=r.presence_penalty,
         constraint=prepared.constraint,
         top_k=r.top_k,
-        logit_bias=r.logit_bias,
+        logit_bias=bias(r, prepared.engine.facts),
         logprobs=r.logprobs,
         prompt_logprobs=r.logprobs if r.echo else None,
     )

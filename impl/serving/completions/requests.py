@@ -52,6 +52,7 @@ class GenerationRequest:
     n: int
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False  # `stream_options.continuous_usage_stats` with `include_usage`
     max_tokens: int | None
     temperature: float | None  # None: the config's `temp` (RequestDefaults.apply)
     top_p: float | None  # None: the config's `top-p`
@@ -72,6 +73,7 @@ class GenerationRequest:
     logprobs: int | None = None
     echo: bool = False  # completions' `echo`: the prompt's text (and logprobs) first
     logit_bias: tuple[tuple[int, float], ...] = ()  # checked against the vocabulary later
+    ignore_eos: bool = False  # every end-of-generation id banned (`Prepared`'s bias)
     activations: ActivationsAsk | None = None  # `return_sae_activations` (OAI-ACT)
     sent: frozenset[str] = frozenset()  # the declared fields sent with a value (not null)
 
@@ -119,6 +121,7 @@ def _common(
     n = req.n or 1
     max_tokens = _max_tokens(req.max_tokens, req.max_completion_tokens)
     scoring = scoring_ask(endpoint, req, max_tokens)
+    options = req.stream_options
     if n > 1 and stream and scoring is None:
         raise InvalidParameter("n", "n above 1 cannot be combined with stream: true.")
     return GenerationRequest(
@@ -127,7 +130,8 @@ def _common(
         prompts=prompts,
         n=n,
         stream=stream,
-        include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        include_usage=bool(options and options.include_usage),
+        continuous_usage=bool(options and options.include_usage and options.continuous_usage_stats),
         max_tokens=max_tokens,
         temperature=None if req.temperature is None else float(req.temperature),
         top_p=None if req.top_p is None else float(req.top_p),
@@ -143,6 +147,7 @@ def _common(
         logprobs=None if scoring is not None else logprobs_asked(endpoint, req),
         echo=isinstance(req, v1.CompletionRequest) and req.echo is True,
         logit_bias=_logit_bias(req.logit_bias),
+        ignore_eos=req.ignore_eos is True,
         activations=_activations(req),
         sent=frozenset(f for f in req.model_fields_set if getattr(req, f, None) is not None),
         **chat,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 from ... import headers as hdr
@@ -245,7 +246,9 @@ class CompletionService:
             prepared = await self._ready(accepted, slot.engine, prepared)  # reloaded meanwhile?
             source = accepted.steering(self._live, slot.engine)
             env = shapes.Envelope.new(accepted.request.endpoint, accepted.entry.model_id)
-            out = env.chunks(shapes.fingerprint(slot.engine.facts), accepted.request.include_usage)
+            request = accepted.request
+            fingerprint = shapes.fingerprint(slot.engine.facts)
+            out = env.chunks(fingerprint, request.include_usage, request.continuous_usage)
             async for chunk in self._streamed(accepted, prepared, source, out, slot.ticket):
                 yield chunk
         finally:
@@ -273,7 +276,8 @@ class CompletionService:
                     work = self._job(accepted, prepared, i, i, rng, source, ticket)
                     pace = self._settings.stream_interval
                     events = self._choices.events(prepared.engine, work, ticket, pace)
-                    async for item in choice_chunks(prepared, out, i, events):
+                    so_far = partial(tally.so_far, prepared) if out.continuous else None
+                    async for item in choice_chunks(prepared, out, i, events, so_far):
                         if not isinstance(item, Finished):
                             yield item
                             continue
@@ -283,9 +287,8 @@ class CompletionService:
                         if accepted.probes is not None:
                             accepted.probes.ended(prepared, item.end, request_id)
                         # one usage per stream: the whole request's, never per choice
-                        yield out.finish(
-                            [item.choice], tally.usage(prepared) if i == last else None
-                        )
+                        whole = tally.usage(prepared)
+                        yield out.finish([item.choice], whole if i == last else None, whole)
         except BaseException as exc:  # the client left, or the generation failed
             accepted.interrupted(prepared, request_id, exc)
             raise

@@ -40,9 +40,9 @@ class Envelope:
         head = self.head(OBJECTS[self.endpoint][1])
         return {**head, "system_fingerprint": fingerprint, "choices": choices, "usage": usage}
 
-    def chunks(self, fingerprint: str, include_usage: bool) -> Chunks:
+    def chunks(self, fingerprint: str, include_usage: bool, continuous: bool = False) -> Chunks:
         """The chunks of a stream that shares this envelope (OAI-STREAM)."""
-        return Chunks(self, fingerprint, include_usage)
+        return Chunks(self, fingerprint, include_usage, continuous)
 
 
 _MARK = "\u0000text\u0000"  # stands for a chunk's text while its template is made
@@ -57,26 +57,33 @@ class Chunks:
     the `choices: []` chunk that also carries `millm_steering` (OpenAI's usage
     chunk and the steering chunk are one), and every earlier chunk says
     `"usage": null`; without it, the request's last finish chunk carries it
-    (OAI-STREAM-05) and no other chunk has the member.
+    (OAI-STREAM-05) and no other chunk has the member. With `continuous` (vLLM's
+    `continuous_usage_stats`, contract 0.18.0) every chunk of a choice carries the usage as
+    it stands then (`so_far`) instead of null.
     """
 
     envelope: Envelope
     fingerprint: str
     include_usage: bool
+    continuous: bool = False
     # per choice index, the JSON text of its text chunk before and after the text
     _around: dict[int, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
-    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    def _chunk(
+        self, choices: list[dict[str, Any]], so_far: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         env = self.envelope
         head = env.head(OBJECTS[env.endpoint][2])
         chunk = {**head, "system_fingerprint": self.fingerprint, "choices": choices}
         if self.include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = so_far if self.continuous else None
         return chunk
 
-    def content(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        """A chunk of role, text or calls: never usage."""
-        return self._chunk(choices)
+    def content(
+        self, choices: list[dict[str, Any]], so_far: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A chunk of role, text or calls: usage only when `continuous` (`so_far`)."""
+        return self._chunk(choices, so_far)
 
     def text(self, index: int, text: str) -> Encoded:
         """`content([delta(endpoint, index, text, None)])` as JSON text, the same characters
@@ -90,10 +97,16 @@ class Chunks:
             around = self._around[index] = (before, after)
         return Encoded(around[0] + json.dumps(text, ensure_ascii=False) + around[1])
 
-    def finish(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+    def finish(
+        self,
+        choices: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+        so_far: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """A choice's finish chunk; `usage` (the whole request's, given on the request's
-        last finish chunk) rides on it unless the last chunk carries it."""
-        chunk = self._chunk(choices)
+        last finish chunk) rides on it unless the last chunk carries it; `so_far`, when
+        `continuous`."""
+        chunk = self._chunk(choices, so_far)
         if usage is not None and not self.include_usage:
             chunk["usage"] = usage
         return chunk
