@@ -661,7 +661,7 @@ class InferenceHealth(BaseModel):
     prompt_cache: Annotated[
         PromptCache | None,
         Field(
-            description="The resident engine's prompt cache (contract 0.18.0): KV states of earlier prompts kept in host memory up to `cache-ram`, restored for a prompt that begins like one of them. Null when no model is resident or its engine keeps none (`cache-ram` 0, or the transformers engine)."
+            description="The resident engine's prompt cache (contract 0.18.0): KV states of earlier prompts kept in host memory up to `cache-ram`, restored for a prompt that begins like one of them. Null when no model is resident or it keeps none (`cache-ram` 0, or an encoder)."
         ),
     ]
 

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,12 @@ def home_cache_dir() -> Path:
     return Path(os.environ.get("MISERVER_CACHE_DIR") or Path.home() / ".cache" / "miserver")
 
 
-def load_transformers() -> TransformersEngine:
-    """SmolLM2 on the transformers engine, one thread, its converted folder cached."""
+def load_transformers(cache_ram: int = -1) -> TransformersEngine:
+    """SmolLM2 on the transformers engine, one thread, its converted folder cached; its
+    prompt cache `cache_ram` MiB (0: none, -1: the default)."""
+    options = replace(ONE_THREAD, cache_ram=cache_ram)
     return load_transformers_engine(
-        smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=home_cache_dir(), options=ONE_THREAD
+        smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=home_cache_dir(), options=options
     )
 
 

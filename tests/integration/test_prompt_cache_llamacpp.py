@@ -14,28 +14,19 @@ context: the bytes are the ones that were saved.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import pytest
 
-from miserver.engines.base import ChatPrompt, Joiner, LoadOptions, Prefilled, SamplingParams
+from miserver.engines.base import LoadOptions
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from tests.engines import smollm2_gguf, stepped
+from tests.engines import smollm2_gguf
+from tests.prompt_cache import answer, cold_then_restored, other, prompt
 
 pytestmark = pytest.mark.model
 
-TOKENS = 16
 COLD_TOLERANCE = 0.3  # nats: the engine's batch-shape noise on Q4_1, measured up to ~0.19
 MIB = 1 << 20
-SYSTEM = "You are a careful assistant who answers in detail and names your sources. " * 6
-
-
-@dataclass(frozen=True)
-class Answer:
-    cached: int
-    tokens: list[int]
-    logprobs: list[float]
 
 
 def load(parallel: int, cache_ram: int = -1) -> LlamaCppEngine:
@@ -57,41 +48,6 @@ def rows() -> Iterator[LlamaCppEngine]:
     engine.close()
 
 
-def prompt(engine: LlamaCppEngine, question: str) -> list[int]:
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-    return engine.render_chat(ChatPrompt(tuple(messages)))
-
-
-def other(engine: LlamaCppEngine, k: int) -> list[int]:
-    """A prompt sharing only the template's head with `prompt`'s."""
-    content = f"Question {k}: what is {k} times {k + 3}? Show the working, step by step."
-    return engine.render_chat(ChatPrompt(({"role": "user", "content": content},)))
-
-
-def params() -> SamplingParams:
-    return SamplingParams(max_tokens=TOKENS, temperature=0, logprobs=2)
-
-
-def answer(engine: LlamaCppEngine, ids: Sequence[int]) -> Answer:
-    """A greedy generation on the serial context, or on a row when the engine batches."""
-    batch = engine.batch
-    if batch is None:
-        items = list(engine.generate(ids, params(), None))
-        assert isinstance(items[0], Prefilled)
-        cached, tokens = items[0].cached_tokens, items[1:]
-    else:
-        [row] = batch.join_all([Joiner(ids, params(), None)])
-        cached, tokens = row.cached, stepped(batch, [row])[0]
-    out = [t for t in tokens if not isinstance(t, Prefilled)]
-    return Answer(cached, [t.token_id for t in out], [t.logprobs.logprob for t in out])  # type: ignore[union-attr]
-
-
-def close_to(a: Answer, b: Answer, tolerance: float) -> bool:
-    return len(a.logprobs) == len(b.logprobs) and all(
-        abs(x - y) <= tolerance for x, y in zip(a.logprobs, b.logprobs, strict=True)
-    )
-
-
 @pytest.mark.parametrize("kind", ["serial", "rows"])
 def test_a_restored_prompt_answers_as_a_cold_prefill(
     kind: str, serial: LlamaCppEngine, rows: LlamaCppEngine
@@ -101,19 +57,9 @@ def test_a_restored_prompt_answers_as_a_cold_prefill(
     memory (`cached_tokens`, the cache's hit), with the same greedy tokens as cold and
     log-probabilities within the engine's batch-shape noise of cold."""
     engine = serial if kind == "serial" else rows
-    cache = engine.prompt_cache
-    assert cache is not None
-    a = prompt(engine, f"Tell me about Rome ({kind}).")
-    first = answer(engine, a)
-    assert first.cached < 40  # cold: at most the template's head was held
-    for k in range(3):  # more prompts than the batch has sequences
-        answer(engine, other(engine, k))
-    hits = cache.counts.hits
-    again = answer(engine, a)
-    assert again.cached == len(a) - 1
-    assert cache.counts.hits == hits + 1
+    first, again = cold_then_restored(engine, prompt(engine, f"Tell me about Rome ({kind})."))
     assert again.tokens == first.tokens
-    assert close_to(again, first, COLD_TOLERANCE), (first.logprobs, again.logprobs)
+    assert again.close_to(first, COLD_TOLERANCE), (first.logprobs, again.logprobs)
 
 
 def test_a_restored_prefix_is_exactly_the_prefix_held() -> None:

@@ -17,7 +17,9 @@ would alone (up to float rounding of the wider matmuls, docs/DECISIONS.md).
   asked of each row's source at every pass (`steering.steered_rows`).
 - `leave` takes the row out of the batch axis, cuts padding no row needs any
   more, and keeps the row's own keys and values for a later prompt that
-  shares its prefix.
+  shares its prefix: in the engine's prompt cache when it has one (prefix.py,
+  issue 43; a joining prompt starts from a copy of the best stored prefix, so
+  the entry serves the next one too), else among the last `capacity` rows'.
 
 Everything runs in the engine's one worker thread; nothing here is locked.
 A pass that raised leaves the cache torn: every row is closed and the batch
@@ -32,16 +34,17 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from ..base import SamplingParams, SteeringSource, Token
 from ..monitor import Monitor
+from ..prompt_cache import PromptCache
 from ..rows import prompt_row
 from .capture import monitored, monitored_rows
 from .decoding import DecodeSettings, Sampler
 from .grammar import Guide
-from .prefix import Held, crop, usable_prefix
+from .prefix import Held, crop, nbytes, restored, usable_prefix
 from .steering import steered, steered_rows
 
 
@@ -60,17 +63,16 @@ class Row:
     open: bool = True
 
 
-def batchable(config: PreTrainedConfig) -> bool:
-    """Whether the model's cache is plain full attention on every layer (padded rows need it;
-    sliding-window and recurrent layers are served serially)."""
-    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
-
-
 class Rows:
     """A batch of up to `capacity` rows decoded together on one padded KV cache."""
 
     def __init__(
-        self, model: PreTrainedModel, settings: DecodeSettings, capacity: int, window: int
+        self,
+        model: PreTrainedModel,
+        settings: DecodeSettings,
+        capacity: int,
+        window: int,
+        store: PromptCache | None = None,
     ) -> None:
         self._model = model
         self._settings = settings
@@ -78,7 +80,8 @@ class Rows:
         self._rows: list[Row] = []  # in batch-axis order
         self._cache: DynamicCache | None = None
         self._mask = torch.zeros((0, 0), dtype=torch.long)
-        self._kept: list[Held] = []  # caches of rows that left, most recent last
+        self._kept: list[Held] = []  # caches of rows that left, most recent last (no store)
+        self._store = store if store is not None and store.enabled else None
         self.capacity = capacity
         self.window = window
 
@@ -171,6 +174,11 @@ class Rows:
     def _take(self, ids: list[int], key: Hashable, *, reuse: bool) -> tuple[Held, int]:
         """A kept cache holding the longest usable prefix of `ids` under `key`, cut to it,
         and its length; a fresh cache when none shares one."""
+        if self._store is not None:
+            found = restored(self._store, ids, key, self._model.config) if reuse else None
+            if found is not None:
+                return found, len(found.ids)
+            return Held(DynamicCache(config=self._model.config), key=key), 0
         best, length = None, 0
         if reuse:
             for held in self._kept:
@@ -197,6 +205,9 @@ class Rows:
         return Held(kept, ids=row.ids, key=row.key)
 
     def _keep(self, held: Held) -> None:
+        if self._store is not None:
+            self._store.put(held.ids, held.key, held, nbytes(held))
+            return
         self._kept.append(held)
         del self._kept[: -self.capacity]
 

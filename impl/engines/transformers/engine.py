@@ -37,12 +37,12 @@ from ..monitor import Monitor
 from ..prompt_cache import PromptCache
 from ..rows import RowsBatchBase
 from . import chat, deciding, embedding
-from .batch import Row, Rows, batchable
+from .batch import Row, Rows
 from .capture import Residuals, captured, monitored
 from .decoding import DecodeSettings, decode, decode_settings
 from .float32 import Float32Copies, Float32Settings
 from .grammar import Grammars
-from .prefix import PrefixCache
+from .prefix import PrefixCache, batchable
 from .sampling import new_rng
 from .scoring import score_pass
 from .steering import steered
@@ -66,13 +66,15 @@ class TransformersEngine:
         float32: Float32Settings | None = None,
         capabilities: frozenset[Capability] | None = None,
         parallel: int = 1,
+        cache: PromptCache | None = None,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
         self._model: PreTrainedModel | None = model
         self._tokenizer = tokenizer
         self._facts = facts
         self._settings: DecodeSettings = decode_settings(model, eos_ids)
-        self._prefix = PrefixCache(model.config)
+        self._cache = cache
+        self._prefix = PrefixCache(model.config, cache)
         self._decisions = PrefixCache(model.config)  # the kept decide prefix (deciding.py)
         self._steering_key: Hashable = ()
         self._capturing = 0  # captures open (capturing()): no prefix reuse meanwhile
@@ -83,7 +85,7 @@ class TransformersEngine:
         self._grammars = Grammars(tokenizer, self._settings.eos_ids, width)
         self._batch: RowsBatch | None = None
         if parallel > 1 and batchable(model.config):
-            rows = Rows(model, self._settings, parallel, facts.context_length)
+            rows = Rows(model, self._settings, parallel, facts.context_length, cache)
             self._batch = RowsBatch(rows, self._grammars)
         elif parallel > 1:
             logger.info("%s has sliding or recurrent layers: serial only", facts.model_id)
@@ -249,8 +251,8 @@ class TransformersEngine:
 
     @property
     def prompt_cache(self) -> PromptCache | None:
-        """None: this engine keeps each row's own prefix (prefix.py), no prompt cache yet."""
-        return None
+        """The prompt states kept across requests (prefix.py), None when off."""
+        return self._cache
 
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
@@ -297,6 +299,8 @@ class TransformersEngine:
         self._decisions.close()
         if self._batch is not None:
             self._batch.close()
+        if self._cache is not None:
+            self._cache.clear()
         self._model = None
         gc.collect()
         logger.info("closed transformers engine for %s", self._facts.model_id)

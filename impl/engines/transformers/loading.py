@@ -20,6 +20,7 @@ from transformers import (
 
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from ..cores import usable_cores
+from ..prompt_cache import prompt_cache
 from ..rows import parallel_of
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
@@ -77,6 +78,7 @@ def load_transformers_engine(
         float32=float32,
         capabilities=capabilities,
         parallel=1 if encoder else parallel_of(options.parallel, facts.context_length),
+        cache=None if encoder else prompt_cache(options.cache_ram),
     )
 
 

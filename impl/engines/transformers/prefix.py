@@ -16,6 +16,17 @@ Handoff: `take` removes the kept cache, the generation feeds it, and
 A pass that raised may have written some layers and not others: that cache
 is torn and dropped, so the next prompt prefills in full.
 
+The prompt cache (engines/prompt_cache.py, issue 43): when the engine has
+one (`store`), a kept cache about to be lost goes there first (whole when a
+new prompt shares nothing of it; a copy when it is cut back for one that
+shares part), and a prompt that shares more with a stored cache than with the
+kept one starts from a copy of that one's shared prefix (`restored`): the
+entry stays for the next prompt, so rows that join together with one system
+prompt each get it. The batch's rows (batch.py) keep what they leave there too:
+a `Held` is a batch of one either way, so the serial path and the rows restore
+each other's. Entries are keyed by the steering state their keys and values
+were made under (`Held.key`).
+
 Seeds: a seeded request (OAI-SEED-05: same seed, body and model give
 byte-identical text) never reuses. A prefill split into a cached part and a
 rest may differ from a full prefill in the last float bits, which can flip a
@@ -28,10 +39,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from ..prompt_cache import PromptCache
 
 
 @dataclass(slots=True)
@@ -69,10 +83,13 @@ class Held:
 
 
 class PrefixCache:
-    """The engine's single kept KV cache, handed to one generation at a time."""
+    """The engine's single kept KV cache, handed to one generation at a time; with a
+    `store`, the prompt cache behind it."""
 
-    def __init__(self, config: PreTrainedConfig) -> None:
+    def __init__(self, config: PreTrainedConfig, store: PromptCache | None = None) -> None:
         self._config = config
+        usable = store is not None and store.enabled and batchable(config)
+        self._store = store if usable else None
         self._lock = threading.Lock()
         self._kept: Held | None = None
         self._closed = False
@@ -84,15 +101,32 @@ class PrefixCache:
 
         Without `reuse`, when nothing is shared, or when the kept cache was filled
         under another `key` (a different steering state: other K/V), the cache is
-        a fresh one.
+        a fresh one, unless the prompt cache holds a prefix (a copy of it, then).
         """
         with self._lock:
             kept, self._kept = self._kept, None
+        length = 0
         if kept is not None and reuse and kept.key == key:
             length = usable_prefix(kept.ids, prompt_ids)
-            if length and crop(kept, length):
+        found = None
+        if self._store is not None and reuse:
+            found = restored(self._store, prompt_ids, key, self._config, at_least=length)
+        if found is None and kept is not None and length:
+            self._save_copy(kept, length)
+            if crop(kept, length):
                 return kept, length
+        if kept is not None and self._store is not None:  # replaced: stored whole, not copied
+            self._store.put(kept.ids, kept.key, kept, nbytes(kept))
+        if found is not None:
+            return found, len(found.ids)
         return Held(DynamicCache(config=self._config), key=key), 0
+
+    def _save_copy(self, kept: Held, length: int) -> None:
+        """A copy of `kept` to the store, when cutting it to `length` drops what it lacks."""
+        store = self._store
+        if store is not None and length < len(kept.ids) and store.worth(kept.ids, kept.key):
+            whole = copied(kept, len(kept.ids), self._config)
+            store.put(kept.ids, kept.key, whole, nbytes(kept))
 
     def fresh(self) -> Held:
         """An empty cache, leaving the kept one where it is."""
@@ -113,6 +147,56 @@ class PrefixCache:
         with self._lock:
             self._closed = True
             self._kept = None
+
+
+def batchable(config: PreTrainedConfig) -> bool:
+    """Whether the model's cache is plain full attention on every layer: padded rows need it
+    (sliding-window and recurrent layers are served serially), and so does a stored prefix,
+    copied and cut position by position."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+
+
+def restored(
+    store: PromptCache,
+    ids: Sequence[int],
+    key: Hashable,
+    config: PreTrainedConfig,
+    at_least: int = 0,
+) -> Held | None:
+    """A copy of the stored cache sharing the longest prefix with `ids` under `key` (more
+    than `at_least`), cut to that prefix; None when none does."""
+    found = store.best(ids, key, at_least=at_least)
+    if found is None:
+        return None
+    held = found.entry.state
+    assert isinstance(held, Held)
+    return copied(held, found.shared, config)
+
+
+def copied(held: Held, length: int, config: PreTrainedConfig) -> Held:
+    """A cache of its own holding `held`'s first `length` positions (cloned tensors)."""
+    cache = DynamicCache(config=config)
+    for source, layer in zip(_plain(held.cache), _plain(cache), strict=True):
+        keys, values = source.keys, source.values
+        assert keys is not None and values is not None, "a kept cache holds every layer"
+        layer.lazy_initialization(keys, values)
+        layer.keys = keys[:, :, :length].clone()
+        layer.values = values[:, :, :length].clone()
+    return Held(cache, ids=list(held.ids[:length]), key=held.key)
+
+
+def nbytes(held: Held) -> int:
+    """The bytes `held`'s keys and values take."""
+    total = 0
+    for layer in _plain(held.cache):
+        for states in (layer.keys, layer.values):
+            if states is not None:
+                total += states.numel() * states.element_size()
+    return total
+
+
+def _plain(cache: DynamicCache) -> list[DynamicLayer]:
+    return cast(list[DynamicLayer], cache.layers)
 
 
 def usable_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
