@@ -14,13 +14,14 @@ context: the bytes are the ones that were saved.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
 import pytest
 
-from miserver.engines.base import LoadOptions
+from miserver.engines.base import Joiner, LoadOptions, SamplingParams
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from tests.engines import smollm2_gguf
+from tests.engines import smollm2_gguf, stepped
 from tests.prompt_cache import answer, cold_then_restored, other, prompt
 
 pytestmark = pytest.mark.model
@@ -97,5 +98,35 @@ def test_a_small_budget_evicts_the_least_recently_used() -> None:
         assert cache.counts.evicted >= 1 and cache.held_bytes <= cache.budget
         assert answer(engine, b).cached == len(b) - 1  # restored (C saved, B evicted now)
         assert answer(engine, a).cached < len(a) - 1  # gone: only the shared head is kept
+    finally:
+        engine.close()
+
+
+def test_rows_joining_together_never_save_or_restore_a_copy_in_flight() -> None:
+    """Issue 43: llama.cpp copies a sequence's cells at once but its keys and values at the
+    next decode, so prompts joining together, some borrowing another sequence's KV, must not
+    save a copy's target (its old KV under its new ids) nor restore into a sequence a copy
+    still reads or writes. Six prompts alone, then 60 groups of one to four joining together
+    (a seeded shuffle): every row's greedy tokens are the ones it gets alone. Without the
+    guard (`Rows._copying`) five rows of this run got another prompt's KV."""
+    engine = load(4)
+    batch = engine.batch
+    assert batch is not None
+    topics = ["a dragon", "the moon", "a lighthouse", "a garden", "a river", "a clock"]
+    ids = {t: prompt(engine, f"Write a long story about {t}.", system="") for t in topics}
+
+    def together(group: list[str], tokens: int) -> dict[str, list[int]]:
+        params = SamplingParams(max_tokens=tokens, temperature=0)
+        rows = batch.join_all([Joiner(ids[t], params, None) for t in group])
+        made = stepped(batch, rows)
+        return {t: [x.token_id for x in m] for t, m in zip(group, made, strict=True)}
+
+    try:
+        alone = {t: together([t], 6)[t] for t in topics}
+        shuffle = random.Random(0)
+        for _ in range(60):
+            group = shuffle.sample(topics, shuffle.randint(1, 4))
+            tokens = shuffle.choice([2, 6])
+            assert together(group, tokens) == {t: alone[t][:tokens] for t in group}, group
     finally:
         engine.close()

