@@ -45,6 +45,8 @@ from .generation import (
 
 log = logging.getLogger(__name__)
 
+BURST_S = 0.1  # the longest job of steps that deliver nothing (`Batcher._steps`)
+
 
 @dataclass(eq=False, slots=True, kw_only=True)
 class _Member:
@@ -128,7 +130,7 @@ class Batcher:
                         await loop.run_in_executor(self.executor, self._admit, joining)
                         await self._deliver()
                     if self._rows:
-                        await loop.run_in_executor(self.executor, self._step, len(joining))
+                        await loop.run_in_executor(self.executor, self._steps, len(joining))
                 except Exception as exc:  # the engine's fault: every row ends in an error
                     log.exception("batched generation failed")
                     self._fail([*joining, *self._rows], exc)
@@ -166,6 +168,20 @@ class Batcher:
         joiners = [Joiner(m.job.prompt_ids, m.job.params, m.job.rng, m.job.hooks) for m in live]
         for member, row in zip(live, self.batch.join_all(joiners), strict=True):
             self._joined(member, row, started)
+
+    def _steps(self, joined: int) -> None:
+        """Blocking, on the engine's thread: one step, then more in the same job while nothing
+        needs the event loop (BURST_S at most): no event to deliver (a JSON row's text comes
+        at its end, a stream's every step), no choice waiting to join, a row still decoding.
+        One client's JSON reply then wakes the loop about once a BURST_S, not once a token,
+        and the loop's work stops competing with the forward pass for the cores; a joiner
+        waits one step as before, and work queued for the engine (scoring) BURST_S at most."""
+        self._step(joined)
+        deadline = time.perf_counter() + BURST_S
+        while self._rows and not self._outbox and not self._joining:
+            if time.perf_counter() >= deadline:
+                return
+            self._step(0)
 
     def _step(self, joined: int) -> None:
         """Blocking, on the engine's thread: one token for every row (`joined`: first tokens
