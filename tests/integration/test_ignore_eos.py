@@ -6,20 +6,17 @@ end-of-generation id is banned, so the same request runs to its `max_tokens` and
 reported alternative is an end token. A stream with `continuous_usage_stats` carries the
 usage as it stands on every chunk; with `include_usage` alone only the last chunk does, and
 with neither only the finish chunk (OAI-STREAM-05).
-The transformers server is the session's `client`; the GGUF one is this module's.
+The transformers server is the session's `client`; the GGUF one is the module's own
+(tests/integration/conftest.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from miserver.app import Server
-from miserver.settings import Settings
-from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
 from tests.events import data_of
 from tests.openai_reference import violations
 
@@ -30,24 +27,6 @@ COMPLETIONS = "/v1/completions"
 SHORT = [{"role": "user", "content": "Answer with one word: is the sky blue?"}]
 BUDGET = 40
 END_TEXT = "<|im_end|>"  # SmolLM2's end of turn, its EOS
-
-
-@pytest.fixture(scope="module")
-def gguf_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = Settings(
-        data_dir=tmp_path_factory.mktemp("gguf-ignore-eos"),
-        cache_dir=cache_dir(),
-        threads=ENGINE_THREADS,
-    )
-    with LocalClient(Server(settings), raise_server_exceptions=False) as client:
-        yield client
-
-
-@pytest.fixture(params=["transformers", "gguf"])
-def served(request: pytest.FixtureRequest) -> tuple[TestClient, str]:
-    if request.param == "transformers":
-        return request.getfixturevalue("client"), MODEL_ID
-    return request.getfixturevalue("gguf_client"), GGUF_ID
 
 
 def chat(served: tuple[TestClient, str], **fields: Any) -> dict[str, Any]:

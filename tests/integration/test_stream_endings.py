@@ -11,16 +11,10 @@ adopts it).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-
-from miserver.app import Server
-from miserver.settings import Settings
-from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
 
 pytestmark = pytest.mark.model
 
@@ -29,23 +23,6 @@ CMPL = "/v1/completions"
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
 PROMPTS = ["Once upon a time, in a land far away,", "1, 2, 3, 4, 5,"]
 ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
-
-
-@pytest.fixture(scope="module")
-def gguf_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """The default server: SmolLM2's GGUF on llama.cpp, loaded at start."""
-    data: Path = tmp_path_factory.mktemp("stream-endings")
-    settings = Settings(data_dir=data, cache_dir=cache_dir(), threads=ENGINE_THREADS)
-    with LocalClient(Server(settings), raise_server_exceptions=False) as client:
-        yield client
-
-
-@pytest.fixture(params=["transformers", "gguf"])
-def served(request: pytest.FixtureRequest) -> tuple[TestClient, str]:
-    """(a client, the model to name): the transformers SmolLM2, or its GGUF on llama.cpp."""
-    if request.param == "transformers":
-        return request.getfixturevalue("client"), MODEL_ID
-    return request.getfixturevalue("gguf_client"), GGUF_ID
 
 
 def streamed(client: TestClient, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
