@@ -233,6 +233,9 @@ def _planner(
     )
 
 
+# the routes whose requests may join a batch, counted on their way to it (serving/arrivals.py)
+GENERATING = frozenset({"/v1/chat/completions", "/v1/completions"})
+
 # the routes whose requests wait for the slot
 QUEUED = frozenset(
     {
@@ -382,6 +385,10 @@ class Server:
             await self._lifespan(receive, send)
             return
         scope["miserver"] = self.state
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in GENERATING:
+            with self.state.completions.arrivals.arriving():  # serving/arrivals.py
+                await self._app(scope, receive, send)
+            return
         await self._app(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -102,12 +102,15 @@ def direct(engine: TransformersEngine, ids: list[int], layer: int) -> torch.Tens
 
 
 def stepped(batch: Batch, rows: Sequence[BatchRow]) -> list[list[Token]]:
-    """Step `rows` until each ends (an EOS or its budget) and leaves; each row's tokens."""
+    """Step `rows` until each ends (an EOS or its budget) and leaves; each row's tokens (a
+    row not `ready` yet, still prefilling in chunks, has none until a step makes it so)."""
     out: list[list[Token]] = [[] for _ in rows]
     live = list(range(len(rows)))
     while live:
         for i in list(live):
             row = rows[i]
+            if not row.ready:
+                continue
             out[i].append(row.last)
             if row.last.eos or len(out[i]) == row.budget:
                 batch.leave(row)

@@ -69,6 +69,7 @@ class LoadOptions:
     mlock: bool = False  # llama.cpp locks the model's pages in RAM
     parallel: int = 1  # rows decoded together (continuous batching); 1 is serial, 0 auto
     cache_ram: int = -1  # MiB of prompt states kept (engines/prompt_cache.py): 0 none, -1 auto
+    prefill_chunk: int = -1  # prompt tokens a step while rows decode (engines/rows.py): 0 all
 
 
 DEFAULT_LOAD = LoadOptions()
@@ -278,7 +279,12 @@ class SteeringSource(Protocol):
 
 class BatchRow(Protocol):
     """One sequence of a batch: its newest token (picked, not yet fed), how many tokens it
-    may generate, and how many prompt tokens its KV already held."""
+    may generate, and how many prompt tokens its KV already held. A row that joined while
+    others decoded may still be prefilling (chunked prefill): it is not `ready`, and its
+    `last` holds no token until a step makes it ready."""
+
+    @property
+    def ready(self) -> bool: ...
 
     @property
     def last(self) -> Token: ...
@@ -346,7 +352,8 @@ class Batch(Protocol):
         ...
 
     def join(self, joiner: Joiner) -> BatchRow:
-        """Prefill a prompt into a free row and pick its first token; the row's passes, its
+        """Take a free row for a prompt, prefill it and pick its first token (or, while other
+        rows decode, leave it not `ready` for the steps to prefill); the row's passes, its
         prefill and every step, run under its hooks (refused, ValueError, where the engine
         cannot run them; a row that reads every position reuses no kept prefix)."""
         ...
@@ -357,7 +364,9 @@ class Batch(Protocol):
         ...
 
     def step(self, rows: Sequence[BatchRow]) -> None:
-        """Feed each row's newest token in one forward pass and pick each row's next."""
+        """Feed each ready row's newest token in one forward pass and pick each one's next;
+        prefill the rows not ready further (a row whose prompt ends gets its first token and
+        is ready)."""
         ...
 
     def leave(self, row: BatchRow) -> None:

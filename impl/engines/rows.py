@@ -34,6 +34,7 @@ T = TypeVar("T", bound=Rows[Any])
 ROW_WINDOW = 2048  # tokens: the least window a row of an automatic batch gets
 MAX_ROWS = 4  # rows an automatic `parallel` decodes together at most (llama-server's 4 slots)
 AUTO = 0  # `LoadOptions.parallel` for "auto": the engine's loader picks `rows_for` its window
+PREFILL_CHUNK = 256  # `prefill-chunk: auto`: prompt tokens a step while other rows decode
 
 
 def rows_for(window: int) -> int:
@@ -45,6 +46,12 @@ def rows_for(window: int) -> int:
 def parallel_of(asked: int, window: int) -> int:
     """The rows a load decodes together: `asked`, or (AUTO) `rows_for(window)`."""
     return rows_for(window) if asked == AUTO else max(1, asked)
+
+
+def chunk_of(asked: int) -> int:
+    """A load's prefill chunk: `asked` (0: a whole prompt a step), or (-1, auto)
+    PREFILL_CHUNK."""
+    return PREFILL_CHUNK if asked < 0 else asked
 
 
 def prompt_row(prompt_ids: Sequence[int], window: int) -> list[int]:

@@ -210,6 +210,7 @@ class ConfigService:
             mlock=bool(values["mlock"]),
             parallel=count("parallel"),
             cache_ram=-1 if values["cache-ram"] == AUTO else int(values["cache-ram"]),
+            prefill_chunk=-1 if values["prefill-chunk"] == AUTO else int(values["prefill-chunk"]),
         )
 
     def params(self) -> list[dict[str, Any]]:

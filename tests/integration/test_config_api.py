@@ -13,6 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
+from miserver.engines.rows import PREFILL_CHUNK, chunk_of
 from miserver.local.config import SETTINGS_FILE, ConfigService
 from miserver.local.params import table
 from miserver.models.manager import ModelManager, Resident
@@ -526,6 +527,27 @@ def test_cache_ram_is_auto_unless_set(client: TestClient) -> None:
     assert set(put(client, {"values": {"cache-ram": -1}})["rejected"]) == {"cache-ram"}
     assert put(client, {"values": {"cache-ram": 0}})["rejected"] == {}
     assert server.state.config.load_options().cache_ram == 0
+
+
+def test_prefill_chunk_is_auto_unless_set(client: TestClient) -> None:
+    """Issue 43: the `prefill-chunk` row (prompt tokens a step for a row that joins busy
+    rows) is an advanced session int, 0 (a whole prompt a step) or more, or "auto" (the
+    default: `LoadOptions.prefill_chunk` -1, which the loader makes PREFILL_CHUNK)."""
+    row = {row["key"]: row for row in client.get("/api/params").json()}["prefill-chunk"]
+    assert (row["type"], row["scope"], row["level"], row["flag"], row["unit"]) == (
+        "int",
+        "session",
+        "advanced",
+        "--prefill-chunk",
+        "tokens",
+    )
+    assert (row["min"], row["default"], row["accepts_auto"]) == (0, "auto", True)
+    server = cast(Server, client.app)
+    assert server.state.config.load_options().prefill_chunk == -1
+    assert chunk_of(-1) == PREFILL_CHUNK and chunk_of(0) == 0
+    assert set(put(client, {"values": {"prefill-chunk": -1}})["rejected"]) == {"prefill-chunk"}
+    assert put(client, {"values": {"prefill-chunk": 64}})["rejected"] == {}
+    assert server.state.config.load_options().prefill_chunk == 64
 
 
 def test_the_parallel_flag_reaches_the_config_and_the_next_load(tmp_path: Path) -> None:

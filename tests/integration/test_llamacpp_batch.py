@@ -9,6 +9,7 @@ serial runs may, context.py), which can flip a near tie (docs/DECISIONS.md).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -131,8 +132,9 @@ def test_busy_rows_stay_one_block_and_a_moved_row_decodes_on(engine: LlamaCppEng
     assert batch is not None
     asks = [(prompt(engine, t), greedy(12)) for t in TOPICS[:4]]
     alone = [drive(engine, [ask])[0] for ask in asks]
-    rows = [batch.join(Joiner(ids, params, None)) for ids, params in asks]
-    out = [[row.last.token_id] for row in rows]
+    rows = batch.join_all([Joiner(ids, params, None) for ids, params in asks])
+    assert all(not isinstance(row, Exception) for row in rows)
+    out = [[row.last.token_id] for row in rows]  # type: ignore[union-attr]
     for _ in range(3):
         batch.step(rows)
         for made, row in zip(out, rows, strict=True):
@@ -193,3 +195,92 @@ def test_a_refused_joiner_fails_alone(engine: LlamaCppEngine) -> None:
         out.append(row.last.token_id)
     batch.leave(row)
     assert out == drive(engine, [good])[0]
+
+
+def notes(engine: LlamaCppEngine, topic: str) -> list[int]:
+    """A chat of about 100 tokens, most of them after the template's shared head."""
+    facts = " ".join(f"Fact {j} about {topic} is worth a line." for j in range(8))
+    ask = {"role": "user", "content": f"{facts} Write a long story about {topic}."}
+    return engine.render_chat(ChatPrompt([ask]))
+
+
+@pytest.fixture(scope="module")
+def chunked() -> Iterator[LlamaCppEngine]:
+    """Rows that prefill a prompt joining busy rows 8 tokens a step."""
+    options = LoadOptions(threads=1, ctx_size=1024, parallel=4, prefill_chunk=8)
+    loaded = load_llamacpp_engine(smollm2_gguf(), model_id="smollm2:Q4_1", options=options)
+    yield loaded
+    loaded.close()
+
+
+def test_a_prompt_joining_busy_rows_is_prefilled_a_chunk_a_step(
+    chunked: LlamaCppEngine,
+) -> None:
+    """Issue 43 (chunked prefill): a prompt that joins while a row decodes is not prefilled
+    at the join; each step gives the decoding row its next token, then runs `prefill-chunk`
+    (8) of the newcomer's prompt tokens, until its last one gives its first token. Both
+    rows give the tokens they give alone."""
+    batch = chunked.batch
+    assert batch is not None
+    first, second = (prompt(chunked, "a cat"), greedy(24)), (notes(chunked, "winter"), greedy(8))
+    [running] = batch.join_all([Joiner(*first, None)])
+    assert running.ready
+    made = [running.last.token_id]
+    batch.step([running])
+    made.append(running.last.token_id)
+    [joining] = batch.join_all([Joiner(*second, None)])
+    assert not joining.ready and joining.cached < len(second[0]) - 8
+    ran = [len(joining.held)]  # type: ignore[attr-defined]
+    while not joining.ready:
+        batch.step([running, joining])
+        made.append(running.last.token_id)  # the decoding row went on
+        ran.append(len(joining.held))  # type: ignore[attr-defined]
+    steps = len(ran) - 1
+    assert steps == -(-(len(second[0]) - joining.cached) // 8) >= 3
+    assert all(0 < b - a <= 8 for a, b in itertools.pairwise(ran))
+    assert ran[-1] == len(second[0])
+    rest = stepped(batch, [running, joining])
+    alone = [drive(chunked, [ask])[0] for ask in (first, second)]  # each prefix cached now
+    assert [*made, *[t.token_id for t in rest[0][1:]]][: len(alone[0])] == alone[0]
+    assert [t.token_id for t in rest[1]] == alone[1]
+
+
+def test_a_whole_prompt_chunk_prefills_at_the_first_step(chunked: LlamaCppEngine) -> None:
+    """Issue 43: `prefill-chunk` 0 runs a joining prompt whole at the next step, after the
+    decoding rows' tokens."""
+    batch = chunked.batch
+    assert batch is not None
+    rows = batch._rows  # type: ignore[attr-defined]
+    rows.chunk = 0
+    try:
+        [running] = batch.join_all([Joiner(prompt(chunked, "bread"), greedy(4), None)])
+        [joining] = batch.join_all([Joiner(prompt(chunked, "a robot"), greedy(4), None)])
+        assert not joining.ready
+        batch.step([running, joining])
+        assert joining.ready and joining.last.token_id >= 0
+        batch.leave(running)
+        batch.leave(joining)
+    finally:
+        rows.chunk = 8
+
+
+def test_a_row_that_leaves_while_prefilling_keeps_what_ran(chunked: LlamaCppEngine) -> None:
+    """Issue 43: a row whose client leaves before its prompt is prefilled frees its
+    sequence holding the chunks that ran; the same prompt, joining again, finds them
+    cached and gives the tokens it gives alone."""
+    batch = chunked.batch
+    assert batch is not None
+    ask = (notes(chunked, "a red kite"), greedy(6))
+    [running] = batch.join_all([Joiner(prompt(chunked, "the sea"), greedy(12), None)])
+    [joining] = batch.join_all([Joiner(*ask, None)])
+    start = joining.cached
+    for _ in range(4):
+        batch.step([running, joining])
+    assert not joining.ready and len(joining.held) == start + 32  # type: ignore[attr-defined]
+    batch.leave(joining)
+    batch.leave(running)
+    [again] = batch.join_all([Joiner(*ask, None)])
+    assert again.cached == start + 32  # more than the chat template's head any other holds
+    made = [t.token_id for t in stepped(batch, [again])[0]]
+    batch_alone = drive(chunked, [ask])[0]
+    assert made == batch_alone

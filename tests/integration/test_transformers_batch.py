@@ -18,6 +18,7 @@ from miserver.engines.base import (
     Token,
 )
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
+from miserver.engines.transformers.batch import Row
 from miserver.engines.transformers.engine import RowsBatch
 from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
@@ -77,7 +78,8 @@ def batched(
     between: object = None,
 ) -> list[list[int]]:
     """Each prompt's greedy tokens decoded as rows of `batch`, row i joining `stagger` steps
-    after row i-1; a row leaves at its budget or an EOS. `between()` runs after each step."""
+    after row i-1 (a row joining busy rows is prefilled at the steps, `chunk` tokens a step);
+    a row leaves at its budget or an EOS. `between()` runs after each step."""
     rows: list = []
     made: list[list[int]] = []
     steps = 0
@@ -85,15 +87,15 @@ def batched(
         if len(rows) < len(prompts) and steps >= stagger * len(rows):
             i = len(rows)
             rows.append(batch.join(Joiner(prompts[i], GREEDY, None, Hooks(steering=sources[i]))))
-            made.append([rows[-1].last.token_id])
+            made.append([rows[-1].last.token_id] if rows[-1].ready else [])
         for i, row in enumerate(rows):
-            if row.open and (row.last.eos or len(made[i]) >= row.budget):
+            if row.open and row.ready and (row.last.eos or len(made[i]) >= row.budget):
                 batch.leave(row)
         live = [r for r in rows if r.open]
         if live:
             batch.step(live)
             for i, row in enumerate(rows):
-                if row.open:
+                if row.open and row.ready:  # its next token, or the first its prefill gave
                     made[i].append(row.last.token_id)
         if callable(between):
             between()
@@ -192,10 +194,52 @@ def test_a_failed_step_closes_every_row_and_the_batch_starts_empty(
     """A pass that raised leaves some layers stepped and others not: every row is closed, and
     the next rows decode from an empty batch as they would alone."""
     ids = prompt(engine, TOPICS[0])
-    plain = batch.join(Joiner(ids, GREEDY, None))
-    failing = batch.join(Joiner(ids, GREEDY, None, Hooks(steering=_Failing(3))))
+    plain, failing = batch.join_all(
+        [Joiner(ids, GREEDY, None), Joiner(ids, GREEDY, None, Hooks(steering=_Failing(3)))]
+    )
+    assert isinstance(plain, Row) and isinstance(failing, Row) and failing.ready
     batch.step([plain, failing])
     with pytest.raises(RuntimeError, match="gone"):
         batch.step([plain, failing])
     assert not plain.open and not failing.open
     assert batched(batch, [ids], [None]) == [alone(engine, ids)]
+
+
+def test_a_steered_prompt_joining_busy_rows_is_prefilled_a_chunk_a_step(
+    engine: TransformersEngine, batch: RowsBatch, trained_sae: SAE
+) -> None:
+    """Issue 43 (chunked prefill): with `prefill-chunk` 8, a steered prompt that joins while
+    a row decodes is prefilled on a cache of its own, at most 8 tokens a step after the
+    decode, under its own steering at every chunk, and merged with its first token; each
+    row gives the tokens it gives alone."""
+    rows = batch._rows
+    before, rows.chunk = rows.chunk, 8
+    try:
+        ids = prompt(engine, "a quiet market town and the clockmaker who kept its hours")
+        source = steering(trained_sae, 5, 150.0)
+        running = batch.join(Joiner(ids, GREEDY, None))
+        assert running.ready
+        joining = batch.join(Joiner(ids, GREEDY, None, Hooks(steering=source)))
+        assert not joining.ready and joining.cached < len(ids) - 16
+        made = [[running.last.token_id], []]
+        fed = [len(joining.ids)]
+        while not joining.ready:
+            batch.step([running, joining])
+            made[0].append(running.last.token_id)
+            fed.append(len(joining.ids))
+        assert len(fed) - 1 == -(-(len(ids) - joining.cached) // 8) and fed[-1] == len(ids)
+        made[1].append(joining.last.token_id)
+        pairs = list(zip((running, joining), made, strict=True))
+        while running.open or joining.open:
+            for row, tokens in pairs:
+                if row.open and (row.last.eos or len(tokens) >= GREEDY.max_tokens):
+                    batch.leave(row)
+            live = [row for row, _ in pairs if row.open]
+            if live:
+                batch.step(live)
+                for row, tokens in pairs:
+                    if row.open:
+                        tokens.append(row.last.token_id)
+        assert made == [alone(engine, ids), alone(engine, ids, source)]
+    finally:
+        rows.chunk = before

@@ -147,6 +147,16 @@ def run(command: list[str]) -> None:
     subprocess.run(command, check=True)
 
 
+def source_argument(parser: argparse.ArgumentParser) -> None:
+    """`--source`, for a benchmark that starts `llama-server`: the sdist it is built from."""
+    parser.add_argument(
+        "--source",
+        choices=sorted(SOURCES),
+        default=DEFAULT_SOURCE,
+        help="the llama.cpp llama-server is built from (tools/bench/llama_server.py)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", choices=sorted(SOURCES), default=DEFAULT_SOURCE)

@@ -440,12 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="start the many-client servers with --parallel N / -np N (default: as started)",
     )
-    parser.add_argument(
-        "--source",
-        choices=sorted(llama_server.SOURCES),
-        default=llama_server.DEFAULT_SOURCE,
-        help="the llama.cpp llama-server is built from (tools/bench/llama_server.py)",
-    )
+    llama_server.source_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -6,20 +6,25 @@
 window, as llama.cpp's server splits `-c` among `-np` slots). A row is one
 sequence:
 
-- `join_all` prefills each prompt into a free sequence and picks its first
-  token. The free sequence kept from an earlier row whose ids share the
-  longest prefix with the prompt is taken, and that prefix is not run again
-  (LOC-CHAT-43, per slot); otherwise the least recently used one. Prompts
+- `join_all` takes a free sequence for each prompt and, when no other row
+  decodes, prefills it and picks its first token. The free sequence kept
+  from an earlier row whose ids share the longest prefix with the prompt is
+  taken, and that prefix is not run again (LOC-CHAT-43, per slot);
+  otherwise the least recently used one. Prompts
   that arrived together are joined together: each takes its
   sequence first (those whose kept prefix lies at an end of the busy block
   first, so that no KV is copied where none need be), then what is new of
   every prompt runs in the same batches, as llama.cpp's server prefills its
   slots, rather than one forward pass or more per prompt.
-- `step` feeds every row's newest token in one batch and picks each row's
-  next token from its own logits row: its own penalties and grammar mask,
-  then its own sampler (sampling.py: greedy, or a chain with its
+- `step` feeds every decoding row's newest token in one batch and picks each
+  row's next token from its own logits row: its own penalties and grammar
+  mask, then its own sampler (sampling.py: greedy, or a chain with its
   temperature, top_k, top_p and seed), as the serial path
-  (`context.Context.pick`) does.
+  (`context.Context.pick`) does. A row that joined while others decoded is
+  prefilled there, `chunk` prompt tokens a step after the decode (chunked
+  prefill, issue 43: the decoding rows wait a chunk's pass a step, not a
+  whole prompt's; 0 prefills it whole at its first step); it is `ready`
+  once its first token is picked.
 - `leave` frees the row's sequence; its KV stays for the next row that shares
   its prefix.
 
@@ -63,11 +68,17 @@ class Row:
 
     seq: int
     held: list[int]  # the ids its KV holds, in order
-    last: Token  # the newest token picked, not yet fed
+    todo: list[int]  # its prompt's ids not prefilled yet (chunked prefill); none once ready
+    last: Token  # the newest token picked, not yet fed (its first once `ready`)
     budget: int  # tokens it may generate: max_tokens, cut to what the window leaves
     picking: Picking  # its penalties, bias, grammar, sampler and logprobs (sampling.py)
     cached: int = 0  # prompt tokens its sequence already held
     open: bool = True
+
+    @property
+    def ready(self) -> bool:
+        """Its prompt is prefilled and `last` holds a token picked."""
+        return not self.todo
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,7 @@ class Rows:
         capacity: int,
         window: int,
         cache: PromptCache | None = None,
+        chunk: int = 0,
     ) -> None:
         # the serial context's own parameters (threads, batch sizes, attention kernel), so a
         # row computes as the serial path does; only the sequences and their room differ
@@ -115,6 +127,7 @@ class Rows:
         self._clock = itertools.count(1)
         self.capacity = capacity
         self.window = window
+        self.chunk = chunk  # prompt tokens a step while rows decode; 0: a whole prompt
         self._closed = False
         self._states = None
         if cache is not None and cache.enabled:  # states keyed by the batch's streams
@@ -126,11 +139,13 @@ class Rows:
     # -- rows --------------------------------------------------------------------
 
     def join_all(self, joiners: Sequence[Joining]) -> list[Row]:
-        """Join each, their new tokens prefilled together; the rows in `joiners`' order.
+        """Join each, the rows in `joiners`' order. When no other row is busy their new
+        tokens are prefilled together and each is `ready`; else at the next steps (`step`).
         A failed prefill leaves every one of their sequences free and raises."""
         self._check_open()
         prompts = [prompt_row(j.prompt_ids, self.window) for j in joiners]
-        if len(prompts) > self.capacity - len(self._busy()):
+        busy = len(self._busy())
+        if len(prompts) > self.capacity - busy:
             raise RuntimeError("every row of the batch is taken")
         rows: list[Row | None] = [None] * len(joiners)
         try:
@@ -143,7 +158,8 @@ class Rows:
                 made = self._row(seq, prompts[i], kept, joiner.params, joiner.seed, joiner.guide)
                 self._sequences[seq].row = made  # busy now: the next one takes an end beside it
                 rows[i] = made
-            self._prefill_all(sorted((r for r in rows if r is not None), key=lambda r: r.seq))
+            if not busy:  # no row waits for this prefill
+                self._prefill([r for r in rows if r is not None], limit=None)
         except BaseException:
             for row in rows:
                 if row is not None:  # its sequence free again, holding what its KV surely does
@@ -179,7 +195,8 @@ class Rows:
     ) -> Row:
         return Row(
             seq=seq,
-            held=ids,
+            held=ids[:kept],
+            todo=ids[kept:],
             last=Token(token_id=-1, eos=False),
             budget=min(params.max_tokens, self.window - len(ids)),
             picking=Picking(params, seed, guide),
@@ -187,20 +204,27 @@ class Rows:
         )
 
     def step(self, rows: Sequence[Row]) -> None:
-        """Feed each row's newest token, in one decode, and pick each row's next (`row.last`)."""
+        """Feed each ready row's newest token, in one decode, and pick each one's next
+        (`row.last`); then prefill the rows not ready, in `rows`' order: `chunk` tokens
+        when a row decoded, else every one's whole prompt. A row whose prompt ends in this
+        step gets its first token and is ready."""
         self._check_open()
         self._compact()
-        batch = self._batch
-        rows = sorted(rows, key=lambda row: row.seq)  # one micro-batch, not one per row
-        for i, row in enumerate(rows):
-            token = row.last.token_id
-            row.picking.took(token)
-            put(batch, i, token, len(row.held), row.seq, True)
-            row.held.append(token)
-        batch.n_tokens = len(rows)
-        self._decode()
-        for i, row in enumerate(rows):
-            row.last = self._pick(row, i)
+        ready = sorted((r for r in rows if r.ready), key=lambda r: r.seq)  # one micro-batch
+        waiting = [r for r in rows if not r.ready]
+        if ready:
+            batch = self._batch
+            for i, row in enumerate(ready):
+                token = row.last.token_id
+                put(batch, i, token, len(row.held), row.seq, True)
+            batch.n_tokens = len(ready)
+            self._decode()
+            for i, row in enumerate(ready):
+                row.picking.took(row.last.token_id)
+                row.held.append(row.last.token_id)
+                row.last = self._pick(row, i)
+        if waiting:
+            self._prefill(waiting, limit=(self.chunk or None) if ready else None)
 
     def leave(self, row: Row) -> None:
         """Free the row's sequence; its KV stays for a later row that shares its prefix."""
@@ -318,23 +342,34 @@ class Rows:
         self._sequences[target].used = next(self._clock)
         row.seq = target
 
-    def _prefill_all(self, rows: list[Row]) -> None:
-        """Run what is new of each row's prompt (`held[cached:]`), the rows in sequence order,
-        in batches of up to n_batch tokens; each row's first token is picked from its last
-        prompt token's logits, in the batch that held it."""
-        tokens = [(row, pos) for row in rows for pos in range(row.cached, len(row.held))]
-        for start in range(0, len(tokens), self._n_batch):
-            chunk = tokens[start : start + self._n_batch]
-            ends: list[tuple[Row, int]] = []
-            for j, (row, pos) in enumerate(chunk):
-                last = pos == len(row.held) - 1
-                put(self._batch, j, row.held[pos], pos, row.seq, last)
-                if last:
-                    ends.append((row, j))
-            self._batch.n_tokens = len(chunk)
-            self._decode()
-            for row, j in ends:
-                row.last = self._pick(row, j)
+    def _prefill(self, rows: list[Row], limit: int | None) -> None:
+        """Run the first `limit` (None: all) of the rows' prompt tokens not yet run
+        (`todo`), the rows' in `rows`' order, in batches of up to n_batch tokens; a row
+        whose last prompt token ran gets its first token, picked from that token's logits
+        in the batch that held it. A row's `held` grows only once its batch ran (a failed
+        decode keeps no cell of it)."""
+        tokens = [(row, j) for row in rows for j in range(len(row.todo))][:limit]
+        base = {id(row): len(row.held) for row in rows}  # where each row's todo starts
+        ran = dict.fromkeys(base, 0)  # how many of each row's todo ran
+        try:
+            for start in range(0, len(tokens), self._n_batch):
+                chunk = tokens[start : start + self._n_batch]
+                ends: list[tuple[Row, int]] = []
+                for i, (row, j) in enumerate(chunk):
+                    last = j == len(row.todo) - 1
+                    put(self._batch, i, row.todo[j], base[id(row)] + j, row.seq, last)
+                    if last:
+                        ends.append((row, i))
+                self._batch.n_tokens = len(chunk)
+                self._decode()
+                for row, j in chunk:
+                    ran[id(row)] = j + 1
+                    row.held.append(row.todo[j])
+                for row, i in ends:
+                    row.last = self._pick(row, i)
+        finally:
+            for row in rows:
+                row.todo = row.todo[ran[id(row)] :]
 
     def _decode(self) -> None:
         status = llama_cpp.llama_decode(self._ctx, self._batch)

@@ -33,7 +33,7 @@ from ..capabilities import capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..grammar import Grammars
 from ..prompt_cache import PromptCache
-from ..rows import RowsBatchBase
+from ..rows import PREFILL_CHUNK, RowsBatchBase
 from . import chat, deciding, embedding, grammar
 from .batch import Joining, Row, Rows
 from .context import Context
@@ -60,13 +60,14 @@ class LlamaCppEngine:
         embeddings: bool = True,
         parallel: int = 1,
         cache: PromptCache | None = None,
+        chunk: int = PREFILL_CHUNK,
     ):
         self._cache = cache
         self._context: Context | None = Context(llama, cache)
         self._batch: RowsBatch | None = None
         if parallel > 1:
             window = int(llama.n_ctx()) // parallel  # the rows share the serial window's KV
-            self._batch = RowsBatch(self, Rows(llama, parallel, window, cache))
+            self._batch = RowsBatch(self, Rows(llama, parallel, window, cache, chunk))
         self._grammars: Grammars | None = grammar.grammars(self._context)
         self._embeddings = embeddings
         self._facts = facts

@@ -11,7 +11,7 @@ from .. import gguf
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from ..cores import usable_cores
 from ..prompt_cache import prompt_cache
-from ..rows import parallel_of
+from ..rows import chunk_of, parallel_of
 from .chat import ChatTemplate
 from .context import eog_ids
 from .engine import LlamaCppEngine
@@ -61,7 +61,13 @@ def load_llamacpp_engine(
     parallel = parallel_of(options.parallel, facts.context_length)
     cache = prompt_cache(options.cache_ram)
     return LlamaCppEngine(
-        llama, facts, template, embeddings=embeddings, parallel=parallel, cache=cache
+        llama,
+        facts,
+        template,
+        embeddings=embeddings,
+        parallel=parallel,
+        cache=cache,
+        chunk=chunk_of(options.prefill_chunk),
     )
 
 

@@ -7,7 +7,11 @@ would alone (up to float rounding of the wider matmuls, docs/DECISIONS.md).
 
 - `join` prefills a prompt alone (a batch of one, under the row's own
   steering), picks its first token, then merges its keys and values into the
-  batch: the shorter side is left-padded to the longer. A free kept cache
+  batch: the shorter side is left-padded to the longer. While other rows
+  decode, the prompt is prefilled at the steps instead, `chunk` tokens a step
+  after the decode, on its cache of its own (chunked prefill, issue 43: the
+  decoding rows wait a chunk's pass a step, not a whole prompt's), and merged
+  with its first token. A free kept cache
   whose ids share the longest prefix with the prompt, filled under the same
   steering state, saves that prefix's prefill (LOC-CHAT-43, per row).
 - `step` feeds every row's newest token in one forward pass and picks each
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
@@ -61,6 +65,13 @@ class Row:
     key: Hashable = ()  # the steering state its prefill ran under (for reuse of its KV)
     cached: int = 0  # prompt tokens a kept cache already held
     open: bool = True
+    todo: list[int] = field(default_factory=list)  # prompt ids not prefilled yet
+    own: Held | None = None  # its cache of its own while it prefills, before the merge
+
+    @property
+    def ready(self) -> bool:
+        """Its prompt is prefilled, its first token picked and its cache merged."""
+        return not self.todo
 
 
 class Rows:
@@ -73,17 +84,20 @@ class Rows:
         capacity: int,
         window: int,
         store: PromptCache | None = None,
+        chunk: int = 0,
     ) -> None:
         self._model = model
         self._settings = settings
         self._extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
         self._rows: list[Row] = []  # in batch-axis order
+        self._waiting: list[Row] = []  # rows still prefilling, on caches of their own
         self._cache: DynamicCache | None = None
         self._mask = torch.zeros((0, 0), dtype=torch.long)
         self._kept: list[Held] = []  # caches of rows that left, most recent last (no store)
         self._store = store if store is not None and store.enabled else None
         self.capacity = capacity
         self.window = window
+        self.chunk = chunk  # prompt tokens a step while rows decode; 0: a whole prompt
 
     # -- rows --------------------------------------------------------------------
 
@@ -96,20 +110,19 @@ class Rows:
         guide: Guide | None = None,
         steering: SteeringSource | None = None,
         monitor: Monitor | None = None,
+        now: bool | None = None,
     ) -> Row:
         """Prefill `prompt_ids` alone under `steering`, pick its first token, then merge its
-        keys and values into the batch. A monitored row reads every position: no kept prefix."""
+        keys and values into the batch; while other rows are busy (or `now` is False), leave
+        it to the steps (`step`), not ready. A monitored row reads every position: no kept
+        prefix."""
         ids = prompt_row(prompt_ids, self.window)
-        if len(self._rows) >= self.capacity:
+        if len(self._rows) + len(self._waiting) >= self.capacity:
             raise RuntimeError("every row of the batch is taken")
         key = () if steering is None else steering.key()
         held, cached = self._take(ids, key, reuse=rng is None and monitor is None)
-        hooks = nullcontext() if steering is None else steered(self._model, steering)
-        reads = nullcontext() if monitor is None else monitored(self._model, monitor)
-        with hooks, reads, torch.inference_mode():
-            logits = held.feed(self._model, ids[cached:], self._extra).float()
         row = Row(
-            ids=held.ids,
+            ids=held.ids,  # the same list: it grows as `held` is fed
             last=Token(token_id=-1, eos=False),
             budget=min(params.max_tokens, self.window - len(ids)),
             sampler=Sampler(params, rng, guide),
@@ -117,16 +130,64 @@ class Rows:
             monitor=monitor,
             key=key,
             cached=cached,
+            todo=ids[cached:],
+            own=held,
         )
-        row.last = self._pick(row, logits)
-        self._merge(row, held.cache)
+        if now is False or (now is None and self.busy):  # prefilled at the steps
+            self._waiting.append(row)
+        else:
+            self._prefill(row, None)
         return row
 
+    @property
+    def busy(self) -> bool:
+        """Whether any row is open."""
+        return bool(self._rows or self._waiting)
+
     def step(self, rows: Sequence[Row]) -> None:
-        """Feed every row's newest token in one forward pass and pick each row's next
-        (`row.last`). `rows` must be the open rows: the batch axis holds them all."""
-        if {id(r) for r in rows} != {id(r) for r in self._rows} or self._cache is None:
+        """Feed every ready row's newest token in one forward pass and pick each one's next
+        (`row.last`); then prefill the rows not ready, in `rows`' order, `chunk` tokens when a
+        row decoded, else every one's whole prompt. `rows` must be the open rows: the batch
+        axis holds the ready ones."""
+        ready = [r for r in rows if r.ready]
+        waiting = [r for r in rows if not r.ready]
+        same = {id(r) for r in ready} == {id(r) for r in self._rows}
+        if not same or {id(r) for r in waiting} != {id(r) for r in self._waiting}:
             raise ValueError("a step feeds every open row of the batch")
+        if ready:
+            self._decode()
+        limit = (self.chunk or None) if ready else None
+        for row in waiting:
+            if limit is not None and limit <= 0:
+                break
+            fed = len(row.todo) if limit is None else min(limit, len(row.todo))
+            self._prefill(row, fed)
+            limit = None if limit is None else limit - fed
+
+    def _prefill(self, row: Row, count: int | None) -> None:
+        """Run the next `count` (None: all) of `row`'s prompt ids not yet run, on its own
+        cache, under its steering and probes; when none is left, pick its first token and
+        merge its cache into the batch."""
+        held = row.own
+        assert held is not None
+        ids = row.todo if count is None else row.todo[:count]
+        steering, monitor = row.steering, row.monitor
+        hooks = nullcontext() if steering is None else steered(self._model, steering)
+        reads = nullcontext() if monitor is None else monitored(self._model, monitor)
+        with hooks, reads, torch.inference_mode():
+            logits = held.feed(self._model, ids, self._extra).float()
+        row.todo = row.todo[len(ids) :]
+        if row.todo:
+            return
+        row.last = self._pick(row, logits)
+        if row in self._waiting:
+            self._waiting.remove(row)
+        row.own = None
+        self._merge(row, held.cache)
+
+    def _decode(self) -> None:
+        """One token for every row of the batch axis."""
+        assert self._cache is not None
         tokens = [r.last.token_id for r in self._rows]
         positions = [len(r.ids) for r in self._rows]
         mask = torch.cat([self._mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=1)
@@ -158,6 +219,13 @@ class Rows:
         if not row.open:
             return
         row.open = False
+        if row.own is not None:  # still prefilling: what ran is kept, unless torn
+            self._waiting.remove(row)
+            held, row.own = row.own, None
+            usable = row.steering is None or not row.steering.mixed()
+            if held.ids and not held.torn and usable:
+                self._keep(held)
+            return
         index = next(i for i, r in enumerate(self._rows) if r is row)
         if row.steering is None or not row.steering.mixed():  # one state's keys and values
             self._keep(self._kept_copy(index, row))
@@ -246,9 +314,9 @@ class Rows:
         self._mask = mask[:, start:]
 
     def _reset(self) -> None:
-        for row in self._rows:
+        for row in [*self._rows, *self._waiting]:
             row.open = False
-        self._rows = []
+        self._rows, self._waiting = [], []
         self._cache = None
         self._mask = torch.zeros((0, 0), dtype=torch.long)
 

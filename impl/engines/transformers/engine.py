@@ -35,7 +35,7 @@ from ..capabilities import capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..monitor import Monitor
 from ..prompt_cache import PromptCache
-from ..rows import RowsBatchBase
+from ..rows import PREFILL_CHUNK, RowsBatchBase
 from . import chat, deciding, embedding
 from .batch import Row, Rows
 from .capture import Residuals, captured, monitored
@@ -67,6 +67,7 @@ class TransformersEngine:
         capabilities: frozenset[Capability] | None = None,
         parallel: int = 1,
         cache: PromptCache | None = None,
+        chunk: int = PREFILL_CHUNK,
     ) -> None:
         model.eval()  # type: ignore[no-untyped-call]
         self._model: PreTrainedModel | None = model
@@ -85,7 +86,7 @@ class TransformersEngine:
         self._grammars = Grammars(tokenizer, self._settings.eos_ids, width)
         self._batch: RowsBatch | None = None
         if parallel > 1 and batchable(model.config):
-            rows = Rows(model, self._settings, parallel, facts.context_length, cache)
+            rows = Rows(model, self._settings, parallel, facts.context_length, cache, chunk)
             self._batch = RowsBatch(rows, self._grammars)
         elif parallel > 1:
             logger.info("%s has sliding or recurrent layers: serial only", facts.model_id)
@@ -319,9 +320,10 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         super().__init__(rows, Row)
         self._grammars = grammars
 
-    def join(self, joiner: Joiner) -> Row:
+    def join(self, joiner: Joiner, now: bool | None = None) -> Row:
         """A row's prefill and steps run its steering and feed its monitor; a capture is
-        refused: a reading runs on the serial path (OAI-ACT-25, docs/DECISIONS.md)."""
+        refused: a reading runs on the serial path (OAI-ACT-25, docs/DECISIONS.md). `now`:
+        as `Rows.join`."""
         rng, hooks, constraint = joiner.rng, joiner.hooks, joiner.params.constraint
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
@@ -337,15 +339,18 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
             guide=guide,
             steering=hooks.steering,
             monitor=hooks.monitor,
+            now=now,
         )
 
     def join_all(self, joiners: Sequence[Joiner]) -> list[BatchRow | Exception]:
         """Each joins alone, in turn: a row prefills as a batch of one, under its own
-        steering (batch.py); a refusal or failure is that joiner's alone."""
+        steering (batch.py), at once when no row was busy, else at the steps; a refusal or
+        failure is that joiner's alone."""
         joined: list[BatchRow | Exception] = []
+        now = not self._rows.busy
         for joiner in joiners:
             try:
-                joined.append(self.join(joiner))
+                joined.append(self.join(joiner, now))
             except Exception as exc:  # this prompt's fault or the engine's: this row only
                 joined.append(exc)
         return joined

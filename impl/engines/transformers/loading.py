@@ -21,7 +21,7 @@ from transformers import (
 from ..base import DEFAULT_LOAD, ENGINE_NAMES, EngineId, LoadOptions, ModelFacts
 from ..cores import usable_cores
 from ..prompt_cache import prompt_cache
-from ..rows import parallel_of
+from ..rows import chunk_of, parallel_of
 from .conversion import Provenance, cached_hf_folder, read_provenance
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
@@ -79,6 +79,7 @@ def load_transformers_engine(
         capabilities=capabilities,
         parallel=1 if encoder else parallel_of(options.parallel, facts.context_length),
         cache=None if encoder else prompt_cache(options.cache_ram),
+        chunk=chunk_of(options.prefill_chunk),
     )
 
 

@@ -6,10 +6,13 @@ client); the others keep decoding. Each step is one job on the engine's
 worker thread, so work that needs the engine between steps (a load, a
 decision, a serial request) waits for one step, not for the batch.
 
-Before a step, the choices that joined since the last one are prefilled,
-together where the engine can (`Batch.join_all`), and their first tokens
-delivered (`_admit`); a step (`_step`) then feeds
-every row's newest token in one forward pass and takes each row's next. A
+Before a step, the choices that joined since the last one take their rows
+(`Batch.join_all`, `_admit`); when no row was decoding they are prefilled
+there, together where the engine can, and their first tokens delivered. A
+step (`_step`) then feeds every ready row's newest token in one forward pass
+and takes each one's next; an engine that prefills in chunks (llama.cpp)
+runs the next chunk of a row that joined while others decoded in the same
+step, and that row's first token comes with the step its prompt ends in. A
 step's events reach their readers together once it is over. Each row's tokens go through the
 same `ChoiceText` as on the serial path, so a choice's text, stop strings
 and finish reason are the same either way.
@@ -29,6 +32,7 @@ from functools import partial
 from typing import Any
 
 from ...engines.base import Batch, BatchRow, Engine, Joiner
+from ..arrivals import GATHER_S, Arrivals
 from ..scheduler import Ticket
 from .generation import (
     ChoiceEnd,
@@ -58,6 +62,7 @@ class _Member:
     cancel: threading.Event
     row: BatchRow | None = None
     ended: bool = False
+    waited: float = 0.0  # seconds of the steps that prefilled its row, before it was ready
 
     def end(self, event: ChoiceEnd | ChoiceFailed) -> None:
         self.ended = True
@@ -97,10 +102,13 @@ class Batcher:
     batch: Batch
     executor: Executor
     progress: Progress = field(default_factory=Progress)
+    arrivals: Arrivals = field(default_factory=Arrivals)
     _joining: list[_Member] = field(default_factory=list)
     _outbox: list[tuple[Inbox, ChoiceEvent]] = field(default_factory=list)
     _rows: list[_Member] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
+    _ended: int = 0  # rows that ended together in the step that left the batch idle
+    _ended_at: float = 0.0  # when (time.monotonic())
 
     def events(self, job: ChoiceJob, pace: float = 0.0) -> AsyncIterator[TextDelta | ChoiceEnd]:
         """One choice decoded in the batch: its text pieces, then its end (as
@@ -113,6 +121,7 @@ class Batcher:
         emit = partial(self._post, inbox)
         text = ChoiceText(self.engine, job, inbox.cancel, emit)
         self._joining.append(_Member(job=job, text=text, emit=emit, cancel=inbox.cancel))
+        self.arrivals.joined()
         if self._task is None:
             self._task = asyncio.create_task(self._drive())
         return inbox.read()
@@ -124,6 +133,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         try:
             while self._joining or self._rows:
+                if not self._rows:  # idle: those on their way join with these (arrivals.py)
+                    await self.arrivals.gathered(self._gathered)
                 joining, self._joining = self._joining, []
                 try:
                     if joining:
@@ -137,6 +148,16 @@ class Batcher:
                 await self._deliver()
         finally:
             self._task = None
+
+    def _gathered(self) -> bool:
+        """Whether an idle batch admits its joiners now: every row is asked for, or none is
+        on its way and as many joined as rows ended together in the last step, if that was
+        less than GATHER_S ago (their clients' next requests, sent at once)."""
+        joining = len(self._joining)
+        if joining >= self.batch.capacity:
+            return True
+        recent = time.monotonic() - self._ended_at < GATHER_S
+        return self.arrivals.coming == 0 and joining >= (self._ended if recent else 0)
 
     def _post(self, inbox: Inbox, event: ChoiceEvent) -> None:
         """A row's event, held until its step is over (on the engine's thread)."""
@@ -192,9 +213,17 @@ class Batcher:
         started = time.perf_counter()
         self.batch.step([m.row for m in self._rows if m.row is not None])
         elapsed = time.perf_counter() - started
+        made = 0
         for member in self._rows:
-            self._take(member, elapsed)
-        self.progress.step(len(self._rows), joined + len(self._rows))
+            assert member.row is not None
+            if member.row.ready:  # a token this step: its next, or the first its prefill ended
+                self._take(member, elapsed + member.waited)
+                member.waited, made = 0.0, made + 1
+            else:  # its prompt is still being prefilled, a chunk a step
+                member.waited += elapsed
+        self.progress.step(len(self._rows), joined + made)
+        if all(m.ended for m in self._rows):  # idle now: their clients may come back at once
+            self._ended, self._ended_at = len(self._rows), time.monotonic()
         self._rows = [m for m in self._rows if not m.ended]
 
     def _drop_cancelled(self) -> None:
@@ -214,7 +243,10 @@ class Batcher:
         if member.row.budget <= 0:  # the prompt fills the window
             self._leave(member, member.text.finish("length"))
             return
-        self._take(member, time.perf_counter() - started)
+        if member.row.ready:
+            self._take(member, time.perf_counter() - started)
+        else:  # joined while others decode: prefilled at the steps (`Batch.step`)
+            member.waited = time.perf_counter() - started
         if not member.ended:
             self._rows.append(member)
 
@@ -248,9 +280,15 @@ class Choices:
     """Where a choice runs: a row of its engine's batch when its ticket is a row (one
     `Batcher` per batch, made when the first row comes), else alone."""
 
-    def __init__(self, executor: Executor, publish: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        publish: Callable[[str, dict[str, Any]], None],
+        arrivals: Arrivals | None = None,
+    ) -> None:
         self._executor = executor
         self._publish = publish
+        self._arrivals = Arrivals() if arrivals is None else arrivals
         self._batchers: weakref.WeakKeyDictionary[Batch, Batcher] = weakref.WeakKeyDictionary()
 
     def events(
@@ -263,6 +301,7 @@ class Choices:
             return choice_events(engine, job, self._executor, pace)
         batcher = self._batchers.get(batch)
         if batcher is None:
-            batcher = Batcher(engine, batch, self._executor, Progress(publish=self._publish))
+            progress = Progress(publish=self._publish)
+            batcher = Batcher(engine, batch, self._executor, progress, self._arrivals)
             self._batchers[batch] = batcher
         return batcher.events(job, pace)

@@ -28,6 +28,7 @@ from ...settings import Settings
 from ...steering.live import LiveSteering
 from ...steering.source import RequestSource
 from ..admission import Admission
+from ..arrivals import Arrivals
 from ..chat.tools import format_header
 from ..results import Comment, Encoded, Reply, StreamReply
 from ..scheduler import Lease, Scheduler, Ticket, claim, holding
@@ -70,7 +71,8 @@ class CompletionService:
         self._scheduler = scheduler
         self._executor = executor
         self._scoring = ScoringService(settings, manager, scheduler, executor)
-        self._choices = Choices(executor, bus.publish)
+        self.arrivals = Arrivals()  # requests on their way to a batch (the server counts them)
+        self._choices = Choices(executor, bus.publish, self.arrivals)
 
     async def serve(self, req: GenerationRequest, admission: Admission) -> Reply | StreamReply:
         """Answer one chat or text completion request: refusals first (none needs the model),
