@@ -1,8 +1,11 @@
-"""Continuous batching over real HTTP: `miserver serve --parallel 4` on the default GGUF.
+"""Continuous batching over real HTTP: `miserver serve --parallel 4 --prefill-chunk 16` on the
+default GGUF.
 
 Concurrent requests decode as rows of one batch; each keeps its own sampling,
 stop strings and budget, gives the text it gives alone, and leaves the batch
-without stopping the others. A seeded request runs alone, as with batching off.
+without stopping the others. A seeded request runs alone, as with batching off. A long
+prompt that joins while a stream decodes is prefilled 16 tokens a step between that
+stream's tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from tests.events import Listener, RowWatch
 from tests.openai_reference import Check
 
 ROWS = 4
+CHUNK = 16  # prompt tokens a step for a prompt joining busy rows (chunked prefill, issue 43)
+NOTES = " ".join(f"Note {j}: the tide turns at a time of its own, number {j}." for j in range(24))
+LONG = [{"role": "user", "content": f"{NOTES} Summarize the notes."}]  # about 400 tokens
+STORY = [{"role": "user", "content": "Write a long story about a lighthouse."}]
 TOPICS = ["a dragon", "the moon", "a lighthouse", "a garden"]
 
 
@@ -33,7 +40,8 @@ def story(topic: str) -> list[dict[str, Any]]:
 def batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The default model served with four rows decoded together."""
     workdir = tmp_path_factory.mktemp("e2e-batched")
-    with live_server(workdir, model=None, args=["--parallel", str(ROWS)]) as running:
+    args = ["--parallel", str(ROWS), "--prefill-chunk", str(CHUNK)]
+    with live_server(workdir, model=None, args=args) as running:
         yield running
 
 
@@ -187,3 +195,52 @@ async def test_a_row_freed_by_a_client_that_left_goes_to_the_next_in_line(
         )
     assert waited.choices[0].finish_reason == "length"
     assert waited.usage is not None and waited.usage.completion_tokens == 16
+
+
+async def text(client: AsyncOpenAI, messages: list[dict[str, Any]], tokens: int) -> str:
+    reply = await client.chat.completions.create(
+        model=GGUF_ID, messages=messages, max_tokens=tokens, temperature=0
+    )
+    return str(reply.choices[0].message.content)
+
+
+async def test_a_stream_goes_on_while_a_long_prompt_joins(
+    batched: LiveServer, openai_check: Check
+) -> None:
+    """Issue 43 (chunked prefill, `prefill-chunk`): while a prompt of about 400 tokens is
+    prefilled 16 tokens a step beside a greedy stream, the stream gets its next chunks (a
+    whole-prompt prefill would hold them all behind it), and each request's text is the
+    one it gets alone."""
+    async with async_sdk(batched.base_url, openai_check) as client:
+        got: list[tuple[float, str]] = []
+        started = asyncio.Event()
+
+        async def stream() -> None:
+            chunks = await client.chat.completions.create(
+                model=GGUF_ID, messages=STORY, max_tokens=120, temperature=0, stream=True
+            )
+            async for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    got.append((time.monotonic(), chunk.choices[0].delta.content))
+                    if len(got) == 3:
+                        started.set()
+
+        running = asyncio.create_task(stream())
+        await started.wait()
+        sent = time.monotonic()
+        first: list[float] = []
+        joining = await client.chat.completions.create(
+            model=GGUF_ID, messages=LONG, max_tokens=8, temperature=0, stream=True
+        )
+        pieces = []
+        async for chunk in joining:
+            if chunk.choices and chunk.choices[0].delta.content:
+                first = first or [time.monotonic()]
+                pieces.append(chunk.choices[0].delta.content)
+        await running
+        alone_story, alone_long = await text(client, STORY, 120), await text(client, LONG, 8)
+    between = [t for t, _ in got if sent < t < first[0]]
+    # its prompt takes 20 steps or more; a stream's pieces go out at most every 0.05 s
+    assert len(between) >= 5, (len(between), len(got))
+    assert "".join(piece for _, piece in got) == alone_story
+    assert "".join(pieces) == alone_long
