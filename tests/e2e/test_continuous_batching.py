@@ -1,5 +1,5 @@
-"""Continuous batching over real HTTP: `miserver serve --parallel 4 --prefill-chunk 16` on the
-default GGUF.
+"""Continuous batching over real HTTP: `miserver serve --parallel 4 --prefill-chunk 16
+--ctx-size 4096` on the default GGUF.
 
 Concurrent requests decode as rows of one batch; each keeps its own sampling,
 stop strings and budget, gives the text it gives alone, and leaves the batch
@@ -25,6 +25,7 @@ from tests.events import Listener, RowWatch
 from tests.openai_reference import Check
 
 ROWS = 4
+WINDOW = 4096  # the context the rows share: 1024 tokens a row
 CHUNK = 16  # prompt tokens a step for a prompt joining busy rows (chunked prefill, issue 43)
 NOTES = " ".join(f"Note {j}: the tide turns at a time of its own, number {j}." for j in range(24))
 LONG = [{"role": "user", "content": f"{NOTES} Summarize the notes."}]  # about 400 tokens
@@ -40,7 +41,7 @@ def story(topic: str) -> list[dict[str, Any]]:
 def batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The default model served with four rows decoded together."""
     workdir = tmp_path_factory.mktemp("e2e-batched")
-    args = ["--parallel", str(ROWS), "--prefill-chunk", str(CHUNK)]
+    args = ["--parallel", str(ROWS), "--prefill-chunk", str(CHUNK), "--ctx-size", str(WINDOW)]
     with live_server(workdir, model=None, args=args) as running:
         yield running
 
@@ -139,9 +140,9 @@ async def test_a_seeded_request_runs_alone_and_repeats(
 async def test_a_request_too_long_for_a_row_runs_alone(
     batched: LiveServer, openai_check: Check
 ) -> None:
-    """OAI-CBM-02: each row holds its share of the window (8192 / 4 here); a prompt past it
+    """OAI-CBM-02: each row holds its share of the window (4096 / 4 here); a prompt past it
     is served alone on the serial path, so a request that comes meanwhile waits in line."""
-    long = [{"role": "user", "content": "Repeat after me: " + "apple pear " * 1100}]
+    long = [{"role": "user", "content": "Repeat after me: " + "apple pear " * 550}]
     async with async_sdk(batched.base_url, openai_check) as client:
         with RowWatch(batched) as watch:
             first = asyncio.create_task(
@@ -152,7 +153,7 @@ async def test_a_request_too_long_for_a_row_runs_alone(
             await asyncio.sleep(0.3)
             second = await chat(client, "the moon", max_tokens=8)
             reply = await first
-    assert reply.usage is not None and reply.usage.prompt_tokens > 8192 // ROWS
+    assert reply.usage is not None and reply.usage.prompt_tokens > WINDOW // ROWS
     assert second.choices[0].message.content
     assert watch.queued >= 1 and watch.most == 1
 
