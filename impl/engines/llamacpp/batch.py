@@ -158,8 +158,8 @@ class Rows:
                 made = self._row(seq, prompts[i], kept, joiner.params, joiner.seed, joiner.guide)
                 self._sequences[seq].row = made  # busy now: the next one takes an end beside it
                 rows[i] = made
-            if not busy:  # no row waits for this prefill
-                self._prefill([r for r in rows if r is not None], limit=None)
+            if not busy:  # no row waits for this prefill; in sequence order, few micro-batches
+                self._prefill(sorted((r for r in rows if r is not None), key=lambda r: r.seq), None)
         except BaseException:
             for row in rows:
                 if row is not None:  # its sequence free again, holding what its KV surely does
