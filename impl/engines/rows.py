@@ -54,6 +54,12 @@ def chunk_of(asked: int) -> int:
     return PREFILL_CHUNK if asked < 0 else asked
 
 
+def prefill_limit(chunk: int, *, decoded: bool) -> int | None:
+    """How many prompt tokens of the rows not ready a step runs (None: all): `chunk` when
+    rows decoded in it (0: a whole prompt), else all, for no row waits for them."""
+    return (chunk or None) if decoded else None
+
+
 def prompt_row(prompt_ids: Sequence[int], window: int) -> list[int]:
     """A prompt's ids as a row takes them; refused when empty or longer than the window."""
     ids = [int(i) for i in prompt_ids]

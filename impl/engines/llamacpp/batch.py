@@ -56,7 +56,7 @@ from llama_cpp import _internals
 from ..base import SamplingParams, Token
 from ..grammar import Guide
 from ..prompt_cache import PromptCache
-from ..rows import prompt_row
+from ..rows import prefill_limit, prompt_row
 from .batches import put
 from .sampling import Logits, Picking
 from .states import States
@@ -224,7 +224,7 @@ class Rows:
                 row.held.append(row.last.token_id)
                 row.last = self._pick(row, i)
         if waiting:
-            self._prefill(waiting, limit=(self.chunk or None) if ready else None)
+            self._prefill(waiting, prefill_limit(self.chunk, decoded=bool(ready)))
 
     def leave(self, row: Row) -> None:
         """Free the row's sequence; its KV stays for a later row that shares its prefix."""

@@ -44,7 +44,7 @@ from transformers.cache_utils import DynamicLayer
 from ..base import SamplingParams, SteeringSource, Token
 from ..monitor import Monitor
 from ..prompt_cache import PromptCache
-from ..rows import prompt_row
+from ..rows import prefill_limit, prompt_row
 from .capture import monitored, monitored_rows
 from .decoding import DecodeSettings, Sampler
 from .grammar import Guide
@@ -156,7 +156,7 @@ class Rows:
             raise ValueError("a step feeds every open row of the batch")
         if ready:
             self._decode()
-        limit = (self.chunk or None) if ready else None
+        limit = prefill_limit(self.chunk, decoded=bool(ready))
         for row in waiting:
             if limit is not None and limit <= 0:
                 break
@@ -219,15 +219,15 @@ class Rows:
         if not row.open:
             return
         row.open = False
+        one_state = row.steering is None or not row.steering.mixed()  # its KV is keyable
         if row.own is not None:  # still prefilling: what ran is kept, unless torn
             self._waiting.remove(row)
             held, row.own = row.own, None
-            usable = row.steering is None or not row.steering.mixed()
-            if held.ids and not held.torn and usable:
+            if held.ids and not held.torn and one_state:
                 self._keep(held)
             return
         index = next(i for i, r in enumerate(self._rows) if r is row)
-        if row.steering is None or not row.steering.mixed():  # one state's keys and values
+        if one_state:
             self._keep(self._kept_copy(index, row))
         del self._rows[index]
         self._select([i for i in range(len(self._rows) + 1) if i != index])
