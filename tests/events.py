@@ -1,18 +1,17 @@
 """What a server reports as it works, read as a client reads it.
 
 - `data_of(lines)`: the `data:` payloads of a response's SSE lines, parsed (`[DONE]` kept).
-- `Events(url)`: GET /api/events read in a thread, for the servers of this process
-  (tests/servers.py); `wait_for(ready)` polls what it has seen. `ClosingEvents` also closes
-  its connection when the block ends, so a server's shutdown does not wait for a ping.
-- `Listener(api)`: the same stream for a `miserver serve` process (tests/e2e), keeping its
-  comments and headers too; `wait_for(condition)` fails the test when the time is up.
+- `Events(origin)`: GET /api/events read in a thread, its comments and headers kept, its
+  connection closed when the block ends; `wait_for(ready)` polls what it has seen.
 - `RowWatch(server)`: GET /api/health/inference polled in a thread: the most slots in use
   and the longest queue it saw.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ import httpx
 import pytest
 
 WAIT_S = 120.0  # an `Events` stream's read timeout, and how long `wait_for` waits
-CLOSING_TIMEOUT_S = 60.0  # a `ClosingEvents` client's timeout
+STOP_S = 5.0  # how long the block's end waits for the reader to see it hung up
 
 
 class Served(Protocol):
@@ -42,12 +41,20 @@ def data_of(lines: list[str]) -> list[Any]:
 
 
 class Events:
-    """GET /api/events read in a thread: every (event, data) pair seen so far."""
+    """GET /api/events of the server at `origin` read in a thread: every (event, data) pair
+    seen so far, its comments, and the response's headers. The block's end hangs up at once
+    (a server shutting down waits for its open streams, and the reader would see a stop only
+    at its next event, a heartbeat's seconds away)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, origin: str) -> None:
         self.seen: list[tuple[str, dict[str, Any]]] = []
-        self._url = url
-        self._stop = threading.Event()
+        self.comments: list[str] = []
+        self.content_type = ""
+        self.headers: dict[str, str] = {}
+        self._url = f"{origin}/api/events"
+        self._client = httpx.Client(timeout=WAIT_S)
+        self._socket: socket.socket | None = None
+        self._hang_up = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
 
     def __enter__(self) -> Events:
@@ -56,93 +63,43 @@ class Events:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
+        self._hang_up.set()
+        if self._socket is not None:
+            with contextlib.suppress(OSError):  # wakes the reader's blocked read; close would not
+                self._socket.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=STOP_S)
+        self._client.close()
 
     def _read(self) -> None:
         name = ""
-        with httpx.stream("GET", f"{self._url}/api/events", timeout=WAIT_S) as response:
+        with (
+            contextlib.suppress(httpx.HTTPError, RuntimeError, OSError),  # hung up by __exit__
+            self._client.stream("GET", self._url) as response,
+        ):
+            self._socket = response.extensions["network_stream"].get_extra_info("socket")
+            if self._hang_up.is_set():
+                return
+            self.content_type = response.headers["content-type"]
+            self.headers = dict(response.headers)
             for line in response.iter_lines():
-                if self._stop.is_set():
-                    return
                 if line.startswith("event: "):
                     name = line.removeprefix("event: ")
                 elif line.startswith("data: "):
                     self.seen.append((name, json.loads(line.removeprefix("data: "))))
-
-    def wait_for(self, ready: Callable[[list[tuple[str, dict[str, Any]]]], bool]) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not ready(list(self.seen)):
-            assert time.monotonic() < deadline, self.seen[-5:]
-            time.sleep(0.05)
-
-
-class ClosingEvents(Events):
-    """GET /api/events read in a thread, its connection closed when the block ends (so the
-    server's shutdown does not wait for the next ping)."""
-
-    def __exit__(self, *_: object) -> None:
-        super().__exit__()
-        client = self._client
-        if client is not None:
-            client.close()
-
-    def _read(self) -> None:
-        name = ""
-        self._client = httpx.Client(timeout=CLOSING_TIMEOUT_S)
-        try:
-            with self._client.stream("GET", f"{self._url}/api/events") as response:
-                for line in response.iter_lines():
-                    if line.startswith("event: "):
-                        name = line.removeprefix("event: ")
-                    elif line.startswith("data: "):
-                        self.seen.append((name, json.loads(line.removeprefix("data: "))))
-        except (httpx.HTTPError, RuntimeError, AttributeError):
-            return  # closed by __exit__
-
-
-class Listener:
-    """GET /api/events read in a thread: every (event, data) pair it has seen."""
-
-    def __init__(self, api: str) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
-        self.comments: list[str] = []
-        self._api = api
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self.content_type = ""
-        self.headers: dict[str, str] = {}
-
-    def __enter__(self) -> Listener:
-        self._thread.start()
-        self.wait_for(lambda: any(name == "state" for name, _ in self.seen))
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-
-    def _read(self) -> None:
-        name = ""
-        with httpx.stream("GET", f"{self._api}/events", timeout=60.0) as response:
-            self.content_type = response.headers["content-type"]
-            self.headers = dict(response.headers)
-            for line in response.iter_lines():
-                if self._stop.is_set():
-                    return
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: "):
-                    self.seen.append((name, json.loads(line[6:])))
                 elif line.startswith(":"):
                     self.comments.append(line)
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [data for event, data in list(self.seen) if event == name]
 
-    def wait_for(self, condition: Any, timeout: float = 60.0) -> None:
+    def wait_for(
+        self, ready: Callable[[list[tuple[str, dict[str, Any]]]], Any], timeout: float = WAIT_S
+    ) -> None:
+        """Until `ready(seen)` holds; the test fails when `timeout` passes first."""
         deadline = time.monotonic() + timeout
-        while not condition():
+        while not ready(list(self.seen)):
             if time.monotonic() > deadline:
-                pytest.fail(f"timed out; events so far: {[n for n, _ in self.seen]}")
+                pytest.fail(f"timed out; events so far: {[n for n, _ in self.seen][-20:]}")
             time.sleep(0.05)
 
 

@@ -44,6 +44,7 @@ from .base import (
 from .monitor import Monitor
 
 CORE = frozenset({Capability.GENERATE, Capability.CHAT, Capability.SEED})
+ENCODER = frozenset({Capability.EMBEDDINGS})  # an encoder (BERT-style) only embeds
 
 
 @runtime_checkable

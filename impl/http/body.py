@@ -34,6 +34,8 @@ import re
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+import numpy as np
+
 BODY_KEY = "miserver.body"  # the ASGI scope key of the parsed document
 MAX_DEPTH = 64  # the default nesting limit (the JSON_MAX_DEPTH setting)
 INT64 = (-(2**63), 2**63 - 1)
@@ -41,8 +43,8 @@ MAX_SHOWN = 40  # characters of an offending number shown in a message
 
 # Scans of the raw text, at C speed. A body none of the last three match needs no walk.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a string literal (its brackets are text)
-_PAIR = re.compile(rb"\[\]|\{\}")  # an innermost pair
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # an opener 2, a closer 0 (1 less)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # without one, no lone surrogate
 # Digits as 0, exponent signs as +: a text without a long run of 0 has no number out of range.
 _NUMBER_SHAPE = bytes.maketrans(b"123456789Ee-", b"000000000ee+")
@@ -188,20 +190,18 @@ def _decoded(text: str, max_depth: int) -> _Decode:
 
 
 def _within_depth(raw: bytes, max_depth: int) -> bool:
-    """Whether no container nests deeper than `max_depth`, from the brackets outside strings.
+    """Whether no container nests deeper than `max_depth`, from the brackets outside strings:
+    the most openers not yet closed at any point, in one pass at C speed (a 50,000-deep body
+    is refused in a millisecond or two, not by peeling a level at a time).
 
-    Each round removes the innermost level (`[]`, `{}`); a round that removes
-    nothing leaves unbalanced text, which the decoder then refuses as not JSON.
+    Unbalanced text is refused either way: too deep here when it opens more than
+    `max_depth` levels, otherwise by the decoder as not JSON.
     """
     if raw.count(b"[") + raw.count(b"{") <= max_depth:
         return True  # not enough brackets to nest deeper, strings or not
-    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
-    for _ in range(max_depth + 1):
-        inner = _PAIR.sub(b"", brackets)  # one pass: pairs it makes adjacent wait a round
-        if len(inner) == len(brackets):
-            return True
-        brackets = inner
-    return False
+    brackets = _STRING.sub(b"", raw).translate(_STEPS, _NOT_BRACKETS)
+    steps = np.frombuffer(brackets, dtype=np.int8).astype(np.int32) - 1  # +1 opens, -1 closes
+    return len(steps) == 0 or int(np.cumsum(steps).max()) <= max_depth
 
 
 def _too_deep(max_depth: int) -> BodyRefused:

@@ -17,6 +17,7 @@ engine name, never by `if` on model family.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -27,13 +28,10 @@ from enum import StrEnum
 from typing import Literal, TypeVar
 
 from ..engines.base import Capability, Engine, EngineId, LoadOptions
+from ..engines.capabilities import ENCODER as ENCODER_CAPABILITIES
 from ..engines.llamacpp import CAPABILITIES as LLAMACPP_CAPABILITIES
 from ..engines.llamacpp import load_llamacpp_engine
 from ..engines.rows import AUTO as AUTO_ROWS
-from ..engines.transformers import load_transformers_engine
-from ..engines.transformers.engine import CAPABILITIES as TRANSFORMERS_CAPABILITIES
-from ..engines.transformers.engine import ENCODER_CAPABILITIES
-from ..engines.transformers.float32 import Float32Settings
 from ..errors import ApiError
 from ..settings import Settings
 from .lock import ModelLock
@@ -48,6 +46,11 @@ SUPPORTED_HF_QUANTIZATION: frozenset[str | None] = frozenset({None})
 
 
 def _load_transformers(entry: ModelEntry, settings: Settings, options: LoadOptions) -> Engine:
+    # transformers is imported on the first load (or question) that needs it: a server of a
+    # GGUF, the default, starts seconds sooner without it
+    from ..engines.transformers import load_transformers_engine
+    from ..engines.transformers.float32 import Float32Settings
+
     return load_transformers_engine(
         entry.path,
         model_id=entry.model_id,
@@ -73,15 +76,22 @@ def _load_llamacpp(entry: ModelEntry, settings: Settings, options: LoadOptions) 
     )
 
 
+@functools.cache
+def _transformers_capabilities() -> frozenset[Capability]:
+    from ..engines.transformers.engine import CAPABILITIES
+
+    return CAPABILITIES
+
+
 @dataclass(frozen=True, slots=True)
 class EngineKind:
     load: Loader
-    capabilities: frozenset[Capability]
+    capabilities: Callable[[], frozenset[Capability]]  # read off the engine's class, once
 
 
 ENGINE_KINDS: dict[EngineId, EngineKind] = {
-    EngineId.TRANSFORMERS: EngineKind(_load_transformers, TRANSFORMERS_CAPABILITIES),
-    EngineId.LLAMACPP: EngineKind(_load_llamacpp, LLAMACPP_CAPABILITIES),
+    EngineId.TRANSFORMERS: EngineKind(_load_transformers, _transformers_capabilities),
+    EngineId.LLAMACPP: EngineKind(_load_llamacpp, lambda: LLAMACPP_CAPABILITIES),
 }
 """How each engine loads a model, and what a model it loads can do."""
 
@@ -165,7 +175,7 @@ class ModelManager:
     def capabilities(self, entry: ModelEntry) -> frozenset[Capability]:
         if entry.task == "embed":
             return ENCODER_CAPABILITIES
-        return ENGINE_KINDS[entry.engine].capabilities
+        return ENGINE_KINDS[entry.engine].capabilities()
 
     def state(self, entry: ModelEntry) -> ModelState:
         """READY, LOADED, LOADING, UNLOADING or FAILED."""

@@ -21,7 +21,7 @@ from openai import AsyncOpenAI
 
 from tests.conftest import GGUF_ID
 from tests.e2e.conftest import LiveServer, async_sdk, live_server
-from tests.events import Listener, RowWatch
+from tests.events import Events, RowWatch
 from tests.openai_reference import Check
 
 ROWS = 4
@@ -163,13 +163,12 @@ async def test_operators_see_the_batch_on_the_event_stream(
 ) -> None:
     """OAI-CBM-14, LOC-EVENTS-02: while rows decode, /api/events carries `batch` events (rows,
     tokens/s, steps), at most one a second."""
-    api = batched.base_url.removesuffix("/v1") + "/api"
-    with Listener(api) as listener:
+    with Events(batched.base_url.removesuffix("/v1")) as listener:
         async with async_sdk(batched.base_url, openai_check) as client:
             started = time.monotonic()
             await asyncio.gather(*(chat(client, t, max_tokens=64) for t in TOPICS))
             seconds = time.monotonic() - started
-        listener.wait_for(lambda: listener.named("batch"))
+        listener.wait_for(lambda _: listener.named("batch"))
     batches = listener.named("batch")
     assert set(batches[0]) == {"rows", "tok_s", "steps"}
     assert max(b["rows"] for b in batches) >= 2

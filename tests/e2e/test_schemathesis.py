@@ -138,12 +138,15 @@ def test_every_operation_conforms(case: Case[Any], base_url: str) -> None:
 @pytest.fixture(scope="module")
 def api_base_url(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[str]:
     """A server of its own (the fuzzer changes its steering state), with the trained SAEs and
-    `--hf-endpoint` on a fake site on loopback (no test reaches the internet)."""
+    `--hf-endpoint` on a fake site on loopback (no test reaches the internet). Its planner
+    times the kernels in process (`--no-isolated-probes`, LOC-PLAN-08): GET /plan is fuzzed
+    for its shapes, and a child process per call (a server's start, seconds) would be most of
+    this module's time; tests/unit/test_planner.py times the child."""
     env = {"MISERVER_SAES_DIR": str(saes_dir)}
     workdir = tmp_path_factory.mktemp("e2e-api-fuzz")
     with (
         serve_hub(Hub()) as site,  # /api/hf reaches a site (none of the fuzzer's repos exist)
-        live_server(workdir, env, args=["--hf-endpoint", site]) as running,
+        live_server(workdir, env, args=["--hf-endpoint", site, "--no-isolated-probes"]) as running,
     ):
         yield running.base_url.removesuffix("/v1") + "/api"
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import MODEL_ID
 from tests.e2e.conftest import LiveServer, live_server
-from tests.events import Listener
+from tests.events import Events
 
 JSON = {"Content-Type": "application/json"}
 USER = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -78,14 +78,14 @@ def test_events_see_state_tokens_and_done_for_a_real_chat(
 ) -> None:
     """LOC-EVENTS-01, -02, -04, -05, -06, -07, -12, -13, LOC-INFO-19: `state` on connect,
     one `token` per generated token, one `done` per generation, `generating` in states."""
-    with Listener(api) as events:
+    with Events(api.removesuffix("/api")) as events:
         assert events.content_type.startswith("text/event-stream")
         assert events.headers["x-frame-options"] == "DENY"  # LOC-SEC-36..39 on streams too
         assert "frame-ancestors 'none'" in events.headers["content-security-policy"]
         assert events.named("state")[0]["state"] == "ready"
         reply = chat(session_server, 6)
-        events.wait_for(lambda: events.named("done"))
-        events.wait_for(lambda: not events.named("state")[-1]["generating"])
+        events.wait_for(lambda _: events.named("done"))
+        events.wait_for(lambda _: not events.named("state")[-1]["generating"])
     tokens = events.named("token")
     assert len(tokens) == reply["usage"]["completion_tokens"] == 6
     assert [t["step"] for t in tokens] == [1, 2, 3, 4, 5, 6]
@@ -100,15 +100,15 @@ def test_events_see_state_tokens_and_done_for_a_real_chat(
 def test_cancel_stops_the_running_generation(api: str, session_server: LiveServer) -> None:
     """LOC-CANCEL-01..04: cancel ends the chat at the next token with "cancelled", and its
     `done` event says so; cancel answers 200 also when nothing runs."""
-    with Listener(api) as events:
+    with Events(api.removesuffix("/api")) as events:
         result: dict[str, Any] = {}
         worker = threading.Thread(target=lambda: result.update(chat(session_server, 400)))
         worker.start()
-        events.wait_for(lambda: len(events.named("token")) >= 3)
+        events.wait_for(lambda _: len(events.named("token")) >= 3)
         response = httpx.post(f"{api}/cancel", headers=JSON, timeout=10)
         assert response.status_code == 200 and response.json() == {"cancelled": True}
         worker.join(60)
-        events.wait_for(lambda: events.named("done"))
+        events.wait_for(lambda _: events.named("done"))
     assert result["choices"][0]["finish_reason"] == "cancelled"
     assert result["usage"]["completion_tokens"] < 400
     assert events.named("done")[0]["cancelled"] is True
@@ -120,14 +120,14 @@ def test_unload_then_load_moves_the_state(api: str) -> None:
     """LOC-UNLOAD-02, -03, LOC-LOAD-01, -03, -05, -06, LOC-INFO-07, -09, -13, LOC-EVENTS-26:
     unload empties
     the session; a body-less load answers 202 and ends `ready`, announced by state events."""
-    with Listener(api) as events:
+    with Events(api.removesuffix("/api")) as events:
         response = httpx.post(f"{api}/session/unload", headers=JSON, timeout=60)
         assert response.status_code == 200 and response.json() == {"ok": True, "unloaded": True}
-        events.wait_for(lambda: events.named("state")[-1]["state"] == "empty")
+        events.wait_for(lambda _: events.named("state")[-1]["state"] == "empty")
         assert info(api)["state"] == "empty" and info(api)["model"] is None
         response = httpx.post(f"{api}/session/load", headers=JSON, timeout=60)
         assert response.status_code == 202 and response.json() == {"model": MODEL_ID}
-        events.wait_for(lambda: events.named("state")[-1]["state"] == "ready", timeout=120)
+        events.wait_for(lambda _: events.named("state")[-1]["state"] == "ready", timeout=120)
     states = [s["state"] for s in events.named("state")]
     assert "loading" in states[states.index("empty") :]
     logs = events.named("log")  # LOC-EVENTS-26: the server's own diagnostics

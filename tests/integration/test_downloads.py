@@ -26,7 +26,7 @@ from miserver.app import Server
 from miserver.models.catalog import shipped
 from miserver.settings import Settings
 from tests.conftest import JSON, TIMING, cache_dir
-from tests.events import ClosingEvents
+from tests.events import Events
 from tools.fakehub import Fault, Hub, serve_hub
 from tools.uvicorn_thread import uvicorn_serving
 
@@ -101,7 +101,7 @@ class Running:
     def start(self, entry_id: str) -> httpx.Response:
         return self.api.post("/models/download", json={"id": entry_id})
 
-    def wait_state(self, events: ClosingEvents, entry_id: str, state: str) -> dict[str, Any]:
+    def wait_state(self, events: Events, entry_id: str, state: str) -> dict[str, Any]:
         def ended(seen: list[tuple[str, dict[str, Any]]]) -> bool:
             return any(
                 n == "download" and d["id"] == entry_id and d["state"] == state for n, d in seen
@@ -199,7 +199,7 @@ def test_a_download_interrupted_three_times_finishes_whole(
     right bytes), renamed from `.part`, `on_disk`, and in /v1/models at once."""
     fake, _ = hub
     fake.faults["tiny.gguf"] = Fault(drop_after=len(gguf_bytes) // 5, drops=3)
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         started = server.start("tiny")
         assert (started.status_code, started.json()) == (202, {"id": "tiny", "state": "running"})
         done = server.wait_state(events, "tiny", "done")
@@ -237,7 +237,7 @@ def test_progress_events_carry_the_rate_and_eta_at_most_four_a_second(
     fake, _ = hub
     rate = 400_000
     fake.faults[SPLIT[0]] = Fault(rate=rate)
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         began = time.monotonic()
         assert server.start("split").status_code == 202
         server.wait_state(events, "split", "done")
@@ -259,7 +259,7 @@ def test_a_checksum_mismatch_is_an_error_and_never_a_model(server: Running) -> N
     """Issue 20 item 2 (checksums verified when known), LOC-DL-13: a file whose SHA-256 is
     not the catalog's ends the download in `error` naming the file; the bad bytes are kept
     aside as `.bad`, never renamed into place nor listed as a model."""
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         assert server.start("tiny").status_code == 202
         failed = server.wait_state(events, "tiny", "error")
     assert "tiny.gguf" in failed["error"] and "SHA-256" in failed["error"]
@@ -279,7 +279,7 @@ def test_a_refusal_of_the_site_ends_at_once_and_keeps_the_part(
     server.models.mkdir(parents=True, exist_ok=True)
     (server.models / SPLIT[1]).with_suffix(".gguf.part").write_bytes(b"x" * 1000)
     fake.faults[SPLIT[0]] = Fault(status=404)
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         assert server.start("split").status_code == 202
         failed = server.wait_state(events, "split", "error")
     assert SPLIT[0] in failed["error"] and "404" in failed["error"]
@@ -298,7 +298,7 @@ def test_cancel_keeps_the_part_and_a_new_start_resumes(
     with every shard whole."""
     fake, _ = hub
     fake.faults[SPLIT[0]] = Fault(stall=200_000)
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         assert server.start("split").status_code == 202
         events.wait_for(
             lambda seen: any(
@@ -314,7 +314,7 @@ def test_cancel_keeps_the_part_and_a_new_start_resumes(
     assert (entry["status"], entry["partial"]) == ("available", True)
     assert entry["received"] == (server.models / f"{SPLIT[0]}.part").stat().st_size >= 200_000
     fake.release.set()
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         assert server.start("split").status_code == 202
         server.wait_state(events, "split", "done")
     assert [r["range"] for r in fake.requests if r["path"] == SPLIT[0]][-1] == (
@@ -341,7 +341,7 @@ def test_a_job_s_last_event_finds_it_ended(server: Running, hub: tuple[Hub, str]
             ends.append((data["state"], state.downloads.running(data["id"])))
 
     server.app.bus.tap("download", observe)
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         assert server.start("split").status_code == 202
         events.wait_for(
             lambda seen: any(n == "download" and d["received"] >= 200_000 for n, d in seen)
@@ -424,7 +424,7 @@ def test_six_failed_attempts_end_in_error_keeping_the_part(
     ends in `error` with the `.part` kept for a later start."""
     fake, _ = hub
     fake.faults["tiny.gguf"] = Fault(drop_after=100_000, drops=6)
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         assert server.start("tiny").status_code == 202
         failed = server.wait_state(events, "tiny", "error")
     assert "tiny.gguf" in failed["error"]

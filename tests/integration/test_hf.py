@@ -24,7 +24,7 @@ from miserver.app import Server
 from miserver.models.hub import EXPAND
 from miserver.settings import Settings
 from tests.conftest import JSON, cache_dir
-from tests.events import ClosingEvents
+from tests.events import Events
 from tools.fakehub import Fault, Hub, serve_hub
 from tools.uvicorn_thread import uvicorn_serving
 
@@ -235,7 +235,7 @@ def test_add_download_and_forget(api: httpx.Client, hub: tuple[Hub, str], tmp_pa
     assert [f["url"] for f in files] == [f"{base}/{REPO}/resolve/main/{p}" for p in SPLIT]
     kept = json.loads((tmp_path / "data" / "added-models.json").read_text())
     assert [m["id"] for m in kept["models"]] == [entry_id]
-    with ClosingEvents(str(api.base_url).rstrip("/").removesuffix("/api")) as events:
+    with Events(str(api.base_url).rstrip("/").removesuffix("/api")) as events:
         assert api.post("/models/download", json={"id": entry_id}).status_code == 202
         events.wait_for(
             lambda seen: any(n == "download" and d["state"] in ("done", "error") for n, d in seen)

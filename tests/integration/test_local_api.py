@@ -20,7 +20,7 @@ from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from tests.conftest import JSON, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
 from tests.errors import error_of
-from tests.events import Listener
+from tests.events import Events
 from tests.local_api import wait_until
 from tests.models import CHATML, TEMPLATES, link_model
 from tools.uvicorn_thread import uvicorn_serving
@@ -337,10 +337,10 @@ def test_gpu_layers_are_turned_off_with_a_warning(tmp_path: Path) -> None:
         api = f"{LOCAL_URL}:{port}/api"
         config = httpx.put(f"{api}/config", json={"values": {"n-gpu-layers": 8}}, headers=JSON)
         assert config.status_code == 200 and config.json()["valid"] is True
-        with Listener(api) as events:
+        with Events(f"{LOCAL_URL}:{port}") as events:
             loading = httpx.post(f"{api}/session/load", headers=JSON, timeout=60)
             assert loading.status_code == 202
-            events.wait_for(lambda: events.named("state")[-1]["state"] == "ready", timeout=120)
+            events.wait_for(lambda _: events.named("state")[-1]["state"] == "ready", timeout=120)
         warnings = [log for log in events.named("log") if log["level"] == "warn"]
         assert any("n-gpu-layers 8 turned off" in log["message"] for log in warnings), warnings
         assert httpx.get(f"{api}/info").json()["model"]["id"] == MODEL_ID

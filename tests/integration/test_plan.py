@@ -16,7 +16,7 @@ import pytest
 from miserver.app import Server
 from miserver.settings import Settings
 from tests.conftest import JSON, TIMING, cache_dir
-from tests.events import ClosingEvents
+from tests.events import Events
 from tools.fakehub import Hub, serve_hub
 from tools.uvicorn_thread import uvicorn_serving
 
@@ -75,7 +75,7 @@ def test_a_plan_measures_this_machine_without_loading_the_model(server: Running)
     measuring; `?measure=1` measures again."""
     assert server.api.get("/info").json()["planner_available"] is True
     assert server.plan("?cached=1") == {"available": True, "none": True}
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         started = time.monotonic()
         proposal = server.plan()
         took = time.monotonic() - started
@@ -97,7 +97,7 @@ def test_a_plan_measures_this_machine_without_loading_the_model(server: Running)
     assert proposal["values"]["threads"] >= 1 and proposal["predicted"]["s_per_token"] > 0
     assert "warning" not in proposal
     assert server.api.get("/info").json()["state"] == "empty"
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         cached = server.plan("?cached=1")
         time.sleep(0.3)
     assert cached == proposal | {"cached": True}
@@ -121,7 +121,7 @@ def test_applying_a_plan_sets_its_layer_and_never_a_person_s_key(
     first = server.plan()
     assert next(d for d in first["decisions"] if d["knob"] == "threads")["source"] == "operator"
     assert "threads" not in first["values"] and first["values"]["ctx-size"] == 8192
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         config = server.api.post("/plan/apply", headers=JSON).json()
         events.wait_for(lambda seen: any(n == "config" for n, _ in seen))
     assert config["user_keys"] == ["threads"] and config["values"]["threads"] == 1
@@ -210,7 +210,7 @@ def test_measurements_loads_and_unloads_never_overlap(server: Running) -> None:
     """LOC-SEC-68, LOC-SEC-69: while a measurement runs, a second one, a load and an unload
     are each 409 `busy`; once it ends they go through."""
     answers: list[httpx.Response] = []
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         first = threading.Thread(target=lambda: answers.append(server.api.get("/plan")))
         first.start()
         events.wait_for(lambda seen: any(n == "plan_progress" for n, _ in seen))
@@ -242,7 +242,7 @@ def test_an_auto_load_plans_first_and_keeps_that_plan(tmp_path: Path, gguf_path:
 def _auto_load(server: Running) -> None:
     loaded = server.load()  # a session the auto load replaces
     assert server.api.put("/config", json={"auto_plan": True}, headers=JSON).status_code == 200
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         started = time.monotonic()
         answer = server.api.post("/session/load", json={}, headers=JSON)
         took = time.monotonic() - started
@@ -262,7 +262,7 @@ def _auto_load(server: Running) -> None:
         config["plan"] is not None
         and config["values"]["parallel"] == (config["plan"]["values"]["parallel"])
     )
-    with ClosingEvents(server.base) as events:
+    with Events(server.base) as events:
         kept = server.plan()
         time.sleep(0.3)
     assert kept["from_last_load"] is True and kept["model"] == loaded

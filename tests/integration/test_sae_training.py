@@ -16,6 +16,7 @@ from tools import sae_train
 pytestmark = pytest.mark.model
 
 TINY = sae_train.TrainConfig(tokens=2048, d_sae=64, gen_tokens=8, epochs=8)
+TINY_PROMPTS = 15  # of the trainer's 50: three held out
 FRESH = (
     "The library in our town opens at nine in the morning and closes late on Thursdays, "
     "when volunteers run a reading club for children. Last winter the mountains to the north "
@@ -40,13 +41,16 @@ def engine() -> Iterator[TransformersEngine]:
 
 @pytest.fixture(scope="module")
 def tiny(engine: TransformersEngine, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """The tiny config trained twice, each into its own folder."""
+    """The tiny config trained twice, each into its own folder, on the first `TINY_PROMPTS`
+    prompts (the texts' generation, a batch of every prompt, is most of a run's time)."""
     folders = []
-    for run in ("first", "second"):
-        trained = sae_train.train(engine.model, engine.tokenizer, TINY)
-        folder = tmp_path_factory.mktemp(run) / TINY.name()
-        sae_train.write(folder, TINY, trained)
-        folders.append(folder)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sae_train, "PROMPTS", sae_train.PROMPTS[:TINY_PROMPTS])
+        for run in ("first", "second"):
+            trained = sae_train.train(engine.model, engine.tokenizer, TINY)
+            folder = tmp_path_factory.mktemp(run) / TINY.name()
+            sae_train.write(folder, TINY, trained)
+            folders.append(folder)
     return folders
 
 

@@ -31,7 +31,7 @@ from ..base import (
     SteeringSource,
     Token,
 )
-from ..capabilities import capabilities_of
+from ..capabilities import ENCODER, capabilities_of
 from ..chatmessages import decision_prompt, prefix_length
 from ..monitor import Monitor
 from ..prompt_cache import PromptCache
@@ -308,8 +308,7 @@ class TransformersEngine:
 
 
 CAPABILITIES = capabilities_of(TransformersEngine)  # every protocol it implements
-# An encoder (BERT-style) only embeds.
-ENCODER_CAPABILITIES = frozenset({Capability.EMBEDDINGS})
+ENCODER_CAPABILITIES = ENCODER
 
 
 class RowsBatch(RowsBatchBase[Rows, Row]):

@@ -21,7 +21,6 @@ from typing import Any
 from ...engines import gguf
 from ...engines.base import Engine, EngineId
 from ...engines.llamacpp import LlamaCppEngine
-from ...engines.transformers import TransformersEngine
 from ...models.registry import ModelEntry
 
 SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token")
@@ -31,6 +30,8 @@ Reader = Callable[[Engine, ModelEntry], tuple[str, Mapping[str, str]]]
 
 
 def _transformers(engine: Engine, _entry: ModelEntry) -> tuple[str, Mapping[str, str]]:
+    from ...engines.transformers import TransformersEngine  # imported by the engine's load
+
     assert isinstance(engine, TransformersEngine)
     tokenizer = engine.tokenizer
     named = {name: getattr(tokenizer, name, None) for name in SPECIAL}
