@@ -486,6 +486,242 @@ class TokenizerInfo(BaseModel):
     ]
 
 
+class ResponseEventStream(RootModel[str]):
+    root: Annotated[
+        str,
+        Field(
+            description="Server-sent events of the Responses API: each `event: <type>` with `data: <event JSON>` (`response.created`, `response.in_progress`, `response.output_item.added`, `response.content_part.added`, `response.output_text.delta` / `.done`, `response.reasoning_text.delta` / `.done`, `response.function_call_arguments.delta` / `.done`, `response.content_part.done`, `response.output_item.done`, then `response.completed` or `response.incomplete`), each with its `sequence_number`; a mid-stream failure sends an `error` event and `response.failed`. `: waiting for a turn` comments while queued. No `[DONE]`."
+        ),
+    ]
+
+
+class ResponseInputItem(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    id: str | None = None
+    role: str | None = None
+    content: str | list[JsonObject] | None = None
+    status: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[JsonObject] | None = None
+    summary: list[JsonObject] | None = None
+    encrypted_content: str | None = None
+
+
+class ResponseTool(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ResponseToolChoice1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    name: str | None = None
+
+
+class ResponseTextFormat(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[
+        str | None,
+        Field(
+            description="As OpenAI's, 1-64 letters, digits, `_` or `-`.",
+            pattern="^[a-zA-Z0-9_-]{1,64}$",
+        ),
+    ] = None
+    description: str | None = None
+    schema_: Annotated[JsonObject | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class Text(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    format: ResponseTextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class Reasoning(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    effort: str | None = None
+    summary: str | None = None
+    generate_summary: str | None = None
+
+
+class StreamOptions1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    include_obfuscation: bool | None = None
+
+
+class CreateResponseRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
+    ]
+    input: str | list[ResponseInputItem] | None = None
+    instructions: Annotated[
+        str | None,
+        Field(
+            description="A system message before the input; never carried over from a `previous_response_id` (as OpenAI's)."
+        ),
+    ] = None
+    max_output_tokens: Annotated[
+        int | None,
+        Field(
+            description="The reply's token ceiling; absent, null or 0 is the server's `n-predict` (cut to what the context leaves), and a value above `n-predict`'s maximum is clamped to it (LOC-CHAT-21..25).",
+            ge=0,
+        ),
+    ] = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    tools: list[ResponseTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ResponseToolChoice1 | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: Annotated[int | None, Field(ge=1)] = None
+    text: Text | None = None
+    reasoning: Annotated[
+        Reasoning | None,
+        Field(
+            description="`effort` turns the template's thinking on (`none`: off), as chat's `reasoning_effort` (LOC-CHAT-31)."
+        ),
+    ] = None
+    include: Annotated[
+        list[str] | None,
+        Field(
+            description="`message.output_text.logprobs` reports each generated token's log-probability (with `top_logprobs` alternatives); other values change nothing."
+        ),
+    ] = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    truncation: Literal["auto", "disabled"] | None = None
+    metadata: Annotated[
+        dict[str, str] | None,
+        Field(
+            description="Up to 16 string pairs, echoed on the Response and kept with it.",
+            max_length=16,
+        ),
+    ] = None
+    store: Annotated[
+        bool | None,
+        Field(
+            description="Keep the response (the default) for GET, `input_items` and `previous_response_id`."
+        ),
+    ] = None
+    previous_response_id: Annotated[
+        str | None,
+        Field(
+            description="A stored response this one continues: its conversation and output come before `input` (its `instructions` do not)."
+        ),
+    ] = None
+    stream: bool | None = None
+    stream_options: StreamOptions1 | None = None
+    background: bool | None = None
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    service_tier: str | None = None
+    seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    profile: str | None = None
+    steering_intensity: Annotated[
+        SteeringIntensity1 | Literal["off", "min", "max"] | None,
+        Field(description="A dial λ in 0–2, or `off`, `min`, `max`."),
+    ] = None
+    steering: InlineSteering | None = None
+    think: Annotated[
+        bool | None,
+        Field(
+            description="Thinking on or off for this request, as on chat (LOC-CHAT-29)."
+        ),
+    ] = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class InputTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    cached_tokens: Annotated[int, Field(ge=0)]
+    cache_write_tokens: Annotated[int | None, Field(ge=0)] = None
+
+
+class OutputTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    reasoning_tokens: Annotated[int, Field(ge=0)]
+
+
+class ResponseUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens_details: InputTokensDetails
+    output_tokens: Annotated[int, Field(ge=0)]
+    output_tokens_details: OutputTokensDetails
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class Error1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    code: str
+    message: str
+
+
+class IncompleteDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    reason: str | None = None
+
+
+class ResponseDeleted(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    object: Literal["response"]
+    deleted: bool
+
+
+class ResponseItemList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[JsonObject]
+    has_more: bool
+    first_id: Annotated[str | None, Field(...)]
+    last_id: Annotated[str | None, Field(...)]
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -833,6 +1069,27 @@ class TokenizeRequest(BaseModel):
             description="vLLM's own template for the request: not served (a chat is rendered with the model's template, as a chat completion is); a string is `400 field_not_honoured`."
         ),
     ] = None
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(pattern="^resp_")]
+    object: Literal["response"]
+    created_at: float
+    completed_at: float | None = None
+    status: Literal[
+        "completed", "failed", "in_progress", "cancelled", "queued", "incomplete"
+    ]
+    error: Annotated[Error1 | None, Field(...)]
+    incomplete_details: Annotated[IncompleteDetails | None, Field(...)]
+    model: str
+    output: list[JsonObject]
+    usage: ResponseUsage | None = None
+    previous_response_id: str | None = None
+    millm_steering: str | None = None
+    millm_probe_verdicts: list[ProbeResult] | None = None
 
 
 class ResponseFormat(BaseModel):

@@ -53,6 +53,7 @@ from .planner.service import Planner
 from .probes.admin import ProbeAdmin
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
+from .serving.responses.service import ResponsesService
 from .serving.scheduler import Scheduler
 from .serving.tokenizer.service import TokenizerService
 from .settings import Settings
@@ -65,6 +66,7 @@ from .store.circuits import CircuitStore
 from .store.database import Database
 from .store.probes import ProbeStore
 from .store.profiles import ProfileStore
+from .store.responses import ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class ServerState:
     manager: ModelManager
     scheduler: Scheduler
     completions: CompletionService
+    responses: ResponsesService
     steering: LiveSteering
     admin: SteeringAdmin
     circuits: CircuitAdmin
@@ -234,13 +237,14 @@ def _planner(
 
 
 # the routes whose requests may join a batch, counted on their way to it (serving/arrivals.py)
-GENERATING = frozenset({"/v1/chat/completions", "/v1/completions"})
+GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 # the routes whose requests wait for the slot
 QUEUED = frozenset(
     {
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/responses",
         "/v1/embeddings",
         "/api/decide",
         "/api/probes/score",
@@ -332,6 +336,9 @@ class Server:
             manager=manager,
             scheduler=scheduler,
             completions=service,
+            responses=ResponsesService(
+                service, ResponseStore(self._db, limit=settings.responses_max_stored)
+            ),
             steering=live,
             admin=admin,
             circuits=CircuitAdmin(live, admin),

@@ -258,6 +258,13 @@ class Settings:
         None,
         "Most probe results GET /api/probes/events keeps; the oldest go first.",
     )
+    responses_max_stored: int = _knob(
+        10_000,
+        "RESPONSES_MAX_STORED",
+        "--responses-max-stored",
+        "Most responses POST /v1/responses keeps (`store`, the default) for GET, input_items "
+        "and previous_response_id; saving one more deletes the oldest.",
+    )
     ignored_fields_header_max_bytes: int = _knob(
         1024,
         "IGNORED_FIELDS_HEADER_MAX_BYTES",

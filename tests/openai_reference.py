@@ -56,12 +56,11 @@ else:
     """The HTTP library the installed SDK is built on: `httpx2` from openai 3 on (its API
     mirrors httpx's), `httpx` before; clients of the other one would only work by luck."""
 
-SCHEMAS: Final = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared"
-    / "reference"
-    / "openai-response-schemas.json"
-)
+REFERENCE: Final = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+SCHEMAS: Final = REFERENCE / "openai-response-schemas.json"
+RESPONSES_SCHEMAS: Final = REFERENCE / "openai-responses-schemas.json"
+RESPONSES: Final = "responses:"
+"""The prefix of a schema name in the Responses API's document (`responses:Response`)."""
 COMPLETION_CHUNK: Final = "CreateCompletionResponse (stream chunk)"
 """A streamed text completion: `CreateCompletionResponse` whose `finish_reason` and `usage`
 may be null."""
@@ -71,8 +70,19 @@ ROUTES: Final = {
     "/completions": ("CreateCompletionResponse", COMPLETION_CHUNK),
     "/embeddings": ("CreateEmbeddingResponse", None),
     "/models": ("ListModelsResponse", None),
+    "/responses": (RESPONSES + "Response", RESPONSES + "ResponseStreamEvent"),
 }
 """Route under `/v1` → (schema of its JSON body, schema of each of its stream events)."""
+
+STORED: Final = {
+    ("GET", ""): RESPONSES + "Response",
+    ("GET", "/input_items"): RESPONSES + "ResponseItemList",
+}
+"""(method, what follows `/responses/{id}`) → the schema of the body; a DELETE's body
+(`{id, object, deleted}`) has none in OpenAI's document."""
+
+ENDINGS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+"""The events a Responses stream ends with (it has no `[DONE]`)."""
 
 
 class SchemaViolation(AssertionError):
@@ -92,11 +102,20 @@ def document() -> dict[str, Any]:
 
 
 @functools.cache
+def responses_document() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(RESPONSES_SCHEMAS.read_text(encoding="utf-8"))
+    return loaded
+
+
+@functools.cache
 def validator(name: str) -> Draft202012Validator:
-    """A validator for `#/$defs/<name>` with the whole document as its root."""
-    root = document()
+    """A validator for `#/$defs/<name>` with the whole document as its root (the Responses
+    API's document for a `responses:` name)."""
+    root, source = document(), SCHEMAS
+    if name.startswith(RESPONSES):
+        root, source, name = responses_document(), RESPONSES_SCHEMAS, name[len(RESPONSES) :]
     if name not in root["$defs"]:
-        raise KeyError(f"no schema {name!r} in {SCHEMAS.name}")
+        raise KeyError(f"no schema {name!r} in {source.name}")
     pointer = "#/$defs/" + name.replace("~", "~0").replace("/", "~1")
     return Draft202012Validator({**root, "$ref": pointer})
 
@@ -106,7 +125,9 @@ def route(path: str) -> str | None:
     return path[3:].rstrip("/") if path.startswith("/v1/") else None
 
 
-def schema_name(path: str, status: int, *, event: dict[str, Any] | None = None) -> str | None:
+def schema_name(
+    path: str, status: int, *, event: dict[str, Any] | None = None, method: str = "POST"
+) -> str | None:
     """The schema a `/v1` body answers to: an error for any 4xx/5xx and any stream event
     holding `error`, else the route's body or stream-event schema; None where OpenAI has
     no such route (its body is not checked)."""
@@ -117,6 +138,9 @@ def schema_name(path: str, status: int, *, event: dict[str, Any] | None = None) 
         return "ErrorResponse"
     if tail.startswith("/models/"):
         return "Model" if event is None else None
+    if tail.startswith("/responses/"):
+        rest = tail.removeprefix("/responses/").partition("/")
+        return STORED.get((method, rest[1] + rest[2])) if event is None else None
     body, stream = ROUTES.get(tail, (None, None))
     return body if event is None else stream
 
@@ -210,7 +234,7 @@ class Check:
         if event:
             name = schema_name(path, status, event=body if isinstance(body, dict) else {})
         else:
-            name = schema_name(path, status)
+            name = schema_name(path, status, method=request.method)
         with self._lock:
             self.received.append(Received(request.method, path, status, name, body, event))
         if name is None:
@@ -243,6 +267,7 @@ class _Reader:
         self.checked = route(request.url.path) is not None
         self.buffer = b""
         self.done = False
+        self.typed = route(request.url.path) == "/responses"  # ends with its last event
 
     def feed(self, chunk: bytes) -> None:
         if not self.checked:
@@ -263,7 +288,8 @@ class _Reader:
             if self.buffer.strip():
                 self._event(self.buffer.decode("utf-8"))
             if not self.done:
-                self.check.problem(self.request, self.status, "stream ended without [DONE]")
+                missing = "its ending event" if self.typed else "[DONE]"
+                self.check.problem(self.request, self.status, f"stream ended without {missing}")
         elif not self.json:
             self.check.problem(self.request, self.status, "a body that is neither JSON nor SSE")
         else:
@@ -274,12 +300,22 @@ class _Reader:
         if not lines:
             return  # a comment (`: keep-alive`) or an empty block
         text = "\n".join(line[5:].removeprefix(" ") for line in lines)
-        if text == "[DONE]":
+        if self.done:
+            self.check.problem(self.request, self.status, f"an event after the end: {text[:200]}")
+        elif text == "[DONE]" and not self.typed:
             self.done = True
-        elif self.done:
-            self.check.problem(self.request, self.status, f"an event after [DONE]: {text[:200]}")
         else:
             self.check.body(self.request, self.status, text, event=True)
+            if self.typed:
+                self._typed(block, text)
+
+    def _typed(self, block: str, text: str) -> None:
+        """A Responses event: its `event:` line names its `type`; an ending event ends it."""
+        kind = json.loads(text).get("type")
+        names = [line[6:].strip() for line in block.split("\n") if line.startswith("event:")]
+        if names != [kind]:
+            self.check.problem(self.request, self.status, f"event line {names} for a {kind!r}")
+        self.done = kind in ENDINGS
 
 
 class _CheckedStream(http.SyncByteStream):

@@ -10,6 +10,7 @@ chat          serving/chat/ (templates, tools, formats, reasoning) imports neith
               serving/completions nor local/: it reads messages and replies, not requests
 completions   serving/completions/ never imports local/: the control plane configures the
               request path (local/config builds its defaults), never the reverse
+responses     serving/responses/ (the Responses API on the completion path) never imports local/
 conformance/  speaks only HTTP: imports nothing of ours but itself (miserver.conformance)
 tools/        never imports tests/: what both use lives in tools/ (fakehub, uvicorn_thread)
 test modules  tests/**/test_*.py are imported by pytest alone, never by another module: what
@@ -68,6 +69,7 @@ CORE = (
 CHAT = "miserver.serving.chat"
 COMPLETIONS = "miserver.serving.completions"
 TOKENIZER = "miserver.serving.tokenizer"
+RESPONSES = "miserver.serving.responses"
 LOCAL = "miserver.local"
 FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http")
 TESTS = "tests"
@@ -119,7 +121,13 @@ RULES = [
         ("miserver.serving",),
         (CHAT, COMPLETIONS, LOCAL),
         "the top of serving/ is shared by the folders under it and imports none of them",
-        exempt=(CHAT, COMPLETIONS, TOKENIZER),
+        exempt=(CHAT, COMPLETIONS, TOKENIZER, RESPONSES),
+    ),
+    Rule(
+        "responses",
+        (RESPONSES,),
+        (LOCAL,),
+        "serving/responses is a front end on the completion path, as a request is",
     ),
     Rule(
         "tokenizer",

@@ -7,8 +7,8 @@ and bodies, and invalid data refused with a 4xx. `positive_data_acceptance`
 is not run: the contract refuses some schema-valid requests on purpose
 (fields a model cannot honour, cross-field rules).
 
-Generation stays short (`bounded`): `max_tokens` at most 4 (4 when absent or 0,
-which asks for the server's default),
+Generation stays short (`bounded`): `max_tokens` (`max_output_tokens` on a response)
+at most 4 (4 when absent or 0, which asks for the server's default),
 `n` at most 2, no `stream`, and any non-empty `model` replaced by the model
 under test, so that requests reach the model instead of stopping at a 404.
 """
@@ -24,7 +24,8 @@ from ..registry import check
 
 MAX_TOKENS = 4
 MAX_N = 2
-GENERATION_PATHS = ("/chat/completions", "/completions")
+CEILINGS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # a reply's token cap
+GENERATION_PATHS = ("/chat/completions", "/completions", "/responses")
 
 
 def _is_int(value: Any) -> bool:
@@ -32,11 +33,11 @@ def _is_int(value: Any) -> bool:
 
 
 def _bound_body(body: MutableMapping[str, Any], model: str) -> None:
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in CEILINGS:
         if _is_int(body.get(name)) and (body[name] > MAX_TOKENS or body[name] == 0):
             body[name] = MAX_TOKENS
-    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
-        body["max_tokens"] = MAX_TOKENS
+    if all(body.get(name) is None for name in CEILINGS):
+        body["max_output_tokens" if "input" in body else "max_tokens"] = MAX_TOKENS
     if _is_int(body.get("n")) and body["n"] > MAX_N:
         body["n"] = MAX_N
     if body.get("stream") is True:

@@ -80,7 +80,7 @@ def service() -> CompletionService:
     return state().completions
 
 
-async def _unless_disconnected(
+async def unless_disconnected(
     work: Awaitable[Reply | StreamReply],
 ) -> Reply | StreamReply | None:
     """Run `work`; if the client leaves first, cancel it (generation stops at the next token).
@@ -111,7 +111,7 @@ async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:
     """A completion's JSON reply, or its SSE stream; errors propagate to the error handlers."""
     admission = admitted(req.endpoint, req.model_id, body)
     admission = replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
-    result = await _unless_disconnected(service().serve(req, admission))
+    result = await unless_disconnected(service().serve(req, admission))
     if result is None:
         return Response(status_code=CLIENT_CLOSED)
     if isinstance(result, Reply):

@@ -56,3 +56,15 @@ async def frames(
             log.exception("stream failed")
             yield data(internal_error().body())
     yield DONE
+
+
+async def typed_frames(
+    events: AsyncGenerator[dict[str, Any] | Comment, None],
+) -> AsyncIterator[bytes]:
+    """The wire bytes of a typed event stream: each event named by its `type`."""
+    async with aclosing(events) as source:
+        async for event in source:
+            if isinstance(event, Comment):
+                yield f": {event.text}\n\n".encode()
+            else:
+                yield named(str(event["type"]), event)

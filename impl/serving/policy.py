@@ -59,6 +59,8 @@ def verdict(rule: Rule, engine: EngineId, capabilities: frozenset[Capability]) -
         if rule["needs"] in capabilities:
             return "honoured"
         return str(rule.get("else", "pending"))
+    if "refused" in rule:  # {refused: why}: refused on every engine, saying why
+        return "refused"
     raise ValueError(f"malformed rule in fields.yaml: {rule!r}")
 
 
@@ -70,12 +72,17 @@ def honours(
     return rule is not None and verdict(rule, engine, capabilities) == "honoured"
 
 
-def _refuse(location: str, outcome: str, endpoint: str, engine: EngineId) -> FieldNotHonoured:
+def _refuse(
+    location: str, outcome: str, endpoint: str, engine: EngineId, rule: Rule
+) -> FieldNotHonoured:
     where = {
         "chat": "on chat completions",
         "completions": "on text completions",
         "embeddings": "on embeddings",
+        "responses": "on responses",
     }[endpoint]
+    if isinstance(rule, Mapping) and "refused" in rule:
+        return FieldNotHonoured(location, f"{where}: {rule['refused']}")
     if outcome == "pending":
         return FieldNotHonoured(location, f"{where} by this server yet (not implemented)")
     return FieldNotHonoured(location, f"{where} with the {engine} engine")
@@ -92,7 +99,7 @@ def review(
             continue
         outcome = verdict(rules[name], engine, capabilities)
         if outcome in {"refused", "pending"}:
-            raise _refuse(name, outcome, endpoint, engine)
+            raise _refuse(name, outcome, endpoint, engine, rules[name])
         if outcome == "ignored":
             ignored.append(name)
     ignored.extend(_message_fields(body, engine, capabilities))

@@ -14,6 +14,7 @@ REQUESTS = {
     "chat": "ChatCompletionRequest",
     "completions": "CompletionRequest",
     "embeddings": "EmbeddingRequest",
+    "responses": "CreateResponseRequest",
 }
 
 

@@ -66,6 +66,16 @@ MIGRATIONS: Sequence[str] = (
         updated   REAL NOT NULL
     );
     """,
+    """
+    CREATE TABLE responses (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        id           TEXT NOT NULL UNIQUE,
+        created      REAL NOT NULL,
+        response     TEXT NOT NULL,
+        input_items  TEXT NOT NULL,
+        conversation TEXT NOT NULL
+    );
+    """,
 )
 
 

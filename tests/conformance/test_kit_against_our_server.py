@@ -135,13 +135,15 @@ def _script() -> list[str]:
 
 def test_console_script_passes_our_server(steering_server: str) -> None:
     """`miserver-conformance --base-url URL` as a sibling project runs it: exit 0, every check
-    passed (the known bugs skipped: the in-process tests above pin them)."""
-    skips = [arg for name in KNOWN_BUGS for arg in ("--skip", name)]
+    passed (the known bugs skipped: the in-process tests above pin them; and the Schemathesis
+    pass, `openapi_conformance`, which the report above runs and is most of the kit's time)."""
+    skipped = {*KNOWN_BUGS, "openapi_conformance"}
+    skips = [arg for name in sorted(skipped) for arg in ("--skip", name)]
     command = [*_script(), "--base-url", steering_server, "--max-examples", "3", "--json", "-q"]
     done = subprocess.run([*command, *skips], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     outcomes = {c["name"]: c["outcome"] for c in json.loads(done.stdout)["checks"]}
-    assert set(outcomes) == {c.name for c in all_checks()} - set(KNOWN_BUGS)
+    assert set(outcomes) == {c.name for c in all_checks()} - skipped
     assert set(outcomes.values()) == {"passed"}, outcomes
 
 

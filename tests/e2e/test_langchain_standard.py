@@ -111,7 +111,7 @@ class TestChatOpenAIOnMiserver(Served, ChatModelIntegrationTests):
             "frequency_penalty": 0.5,
             "max_tokens": MAX_TOKENS,
             "stream_usage": True,  # a custom base_url leaves it off by default
-            "use_responses_api": False,  # miserver serves Chat Completions, not Responses
+            "use_responses_api": False,  # Chat Completions (the Responses API: the class below)
         }
 
     @property
@@ -165,6 +165,21 @@ class TestChatOpenAIOnMiserver(Served, ChatModelIntegrationTests):
     def model_override_value(self) -> str:
         """The same weights' transformers conversion: naming it loads it (OAI-ERR-30)."""
         return MODEL_ID
+
+
+class TestChatOpenAIResponsesOnMiserver(TestChatOpenAIOnMiserver):
+    """Issue 44 acceptance: the same standard tests with `use_responses_api=True`, so that
+    ChatOpenAI speaks the Responses API (`/v1/responses`, its typed stream events, function
+    tools flat, `text.format`); every body and event is checked against OpenAI's Responses
+    schemas. The same subset passes, and the same two known failures fail."""
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        """The chat class's, with the penalty as an extension of the body: the SDK's
+        `responses.create` takes no `frequency_penalty` (miserver's route does)."""
+        params = {**super().chat_model_params, "use_responses_api": True}
+        params["extra_body"] = {"frequency_penalty": params.pop("frequency_penalty")}
+        return params
 
 
 class TestOpenAIEmbeddingsOnMiserver(Served, EmbeddingsIntegrationTests):

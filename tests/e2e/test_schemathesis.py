@@ -68,8 +68,8 @@ pytestmark = pytest.mark.e2e
 
 SPECS = Path(__file__).resolve().parents[2] / "spec" / "openapi"
 SPEC = SPECS / "v1.yaml"
-POSITIVE_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "50"))
-NEGATIVE_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "50"))
+POSITIVE_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "30"))
+NEGATIVE_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "30"))
 SEED = int(os.environ.get("SCHEMATHESIS_SEED", "20240601"))
 METHODS = ("get", "put", "post", "delete", "patch")
 
@@ -117,9 +117,11 @@ def _without_input(document: Path) -> list[str]:
     ]
 
 
-# Any string is a model id: a path parameter has no negative value to generate.
+# Any string is a model id, and any a response id: a path parameter has no negative value
+# to generate, and these operations take nothing else.
+ONLY_AN_ID = ["DELETE /responses/{response_id}", "POST /responses/{response_id}/cancel"]
 negative_schema = negative_schema.exclude(path="/models/{model_id}").exclude(
-    name=_without_input(SPEC)
+    name=[*_without_input(SPEC), *ONLY_AN_ID]
 )
 negative_api_schema = negative_api_schema.exclude(name=_without_input(SPECS / "api.yaml"))
 

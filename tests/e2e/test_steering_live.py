@@ -271,3 +271,27 @@ def test_a_locked_server_shows_the_sdk_one_model(sdk: OpenAI, api: httpx.Client)
     finally:
         api.delete("/steering/lock", headers=JSON)
     assert sorted(m.id for m in sdk.models.list()) == before
+
+
+def test_a_response_is_steered_through_extra_body_and_says_so(sdk: OpenAI) -> None:
+    """Issue 44 item 5: `steering` in `extra_body` steers a Responses API response on
+    transformers; the header says what steered, and so does the Response (`millm_steering`,
+    on the stream's final `response.completed` too)."""
+    steering = {"sae_id": SAE_ID, "features": [{"index": 3, "strength": 8.0}]}
+    question = "Name three colours of the rainbow."
+    asked: dict[str, Any] = {
+        "model": MODEL_ID,
+        "input": question,
+        "max_output_tokens": 12,
+        "temperature": 0,
+    }
+    plain = sdk.responses.create(**asked)
+    raw = sdk.responses.with_raw_response.create(**asked, extra_body={"steering": steering})
+    streamed = list(sdk.responses.create(**asked, stream=True, extra_body={"steering": steering}))
+    steered = raw.parse()
+    (member,) = parse(raw.headers["X-miLLM-Steering"])
+    assert isinstance(member, InlineMember) and member.layer == LAYER
+    assert steered.output_text != plain.output_text
+    final: Any = streamed[-1]
+    assert final.response.model_extra["millm_steering"] == raw.headers["X-miLLM-Steering"]
+    assert final.response.output_text == steered.output_text

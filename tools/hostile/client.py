@@ -276,20 +276,29 @@ def _catalogued(error: Mapping[str, Any], status: int | None) -> list[str]:
     return []
 
 
+TYPED_ENDINGS = (b"event: response.completed", b"event: response.incomplete")
+"""How a typed stream (the Responses API's, which has no [DONE]) ends when it did not fail."""
+
+
 def _stream(request: Request, body: bytes) -> list[str]:
-    """A stream's error events carry no server-fault code; a POST stream ends with [DONE]."""
+    """A stream's error events carry no server-fault code; a POST stream ends with [DONE],
+    or a typed one (`event: response.created` first) with its completing event."""
     found = []
     for line in body.decode("utf-8", "replace").splitlines():
         if not line.startswith("data: {"):
             continue
         try:
-            error = json.loads(line[6:]).get("error")
+            event = json.loads(line[6:])
         except ValueError:
             found.append(f"an event that is not JSON: {line[:80]}")
             continue
+        error = event if event.get("type") == "error" else event.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         if code is not None and catalog().get(code, (500, ""))[0] >= 500:
             found.append(f"an error event with code {code!r} in the stream")
-    if request.method == "POST" and b"data: [DONE]" not in body:
+    typed = body.startswith(b"event: ")
+    if request.method == "POST" and typed and not any(end in body for end in TYPED_ENDINGS):
+        found.append("a typed stream that does not end with response.completed or .incomplete")
+    elif request.method == "POST" and not typed and b"data: [DONE]" not in body:
         found.append("a stream that does not end with [DONE]")
     return found

@@ -132,12 +132,41 @@ _PROBE: dict[str, Any] = {
     "armed": False,
 }
 
+_RESPONSE: dict[str, Any] = {
+    "model": MODEL,
+    "instructions": "Answer in one word.",
+    "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]},
+        {"type": "message", "role": "user", "content": "Again."},
+    ],
+    "max_output_tokens": 1,
+    "temperature": 0,
+    "top_p": 1.0,
+    "store": False,  # leaves nothing behind
+    "metadata": {"case": "hostile"},
+    "text": {"format": {"type": "text"}},
+    "reasoning": {"effort": "none"},
+}
+_RESPONSE_STREAM: dict[str, Any] = {
+    "model": MODEL,
+    "input": "Say hi.",
+    "max_output_tokens": 1,
+    "temperature": 0,
+    "stream": True,
+    "store": False,
+}
+RESPONSE = "/v1/responses/resp_hostile"  # never stored
+
 # name: (method, path, base body or None)
 TARGETS: dict[str, tuple[str, str, Any]] = {
     "chat": ("POST", "/v1/chat/completions", _CHAT),
     "chat-stream": ("POST", "/v1/chat/completions", _CHAT_STREAM),
     "chat-tools": ("POST", "/v1/chat/completions", _CHAT_TOOLS),
     "chat-format": ("POST", "/v1/chat/completions", _CHAT_FORMAT),
+    "responses": ("POST", "/v1/responses", _RESPONSE),
+    "responses-stream": ("POST", "/v1/responses", _RESPONSE_STREAM),
+    "response-cancel": ("POST", f"{RESPONSE}/cancel", None),
+    "response-delete": ("DELETE", RESPONSE, None),
     "completions": ("POST", "/v1/completions", _COMPLETION),
     "completions-ids": (
         "POST",
@@ -264,6 +293,8 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "v1-openapi": ("GET", "/v1/openapi.json", None),
     "models": ("GET", "/v1/models", None),
     "model": ("GET", f"/v1/models/{MODEL}", None),
+    "response": ("GET", RESPONSE, None),
+    "response-items": ("GET", f"{RESPONSE}/input_items?limit=2&order=asc", None),
     "tokenizer-info": ("GET", f"/v1/tokenizer_info?model={MODEL}", None),
     "api-openapi": ("GET", "/api/openapi.json", None),
     "info": ("GET", "/api/info", None),

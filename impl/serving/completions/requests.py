@@ -101,8 +101,9 @@ def _stops(raw: Any) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
-def _steering(req: Request) -> SteeringAsk:
-    """The request's `profile`, `steering_intensity` and inline `steering` (OAI-PROF/DIAL/INL)."""
+def steering_ask(req: Request | v1.CreateResponseRequest) -> SteeringAsk:
+    """The request's `profile`, `steering_intensity` and inline `steering` (OAI-PROF/DIAL/INL);
+    the Responses API's too (serving/responses/request.py)."""
     inline = None
     if req.steering is not None:
         features = tuple((f.index, f.strength) for f in req.steering.features)
@@ -139,7 +140,7 @@ def _common(
         presence_penalty=_or(req.presence_penalty, 0.0),
         stops=_stops(req.stop),
         seed=req.seed,
-        steering=_steering(req),
+        steering=steering_ask(req),
         scoring=scoring,
         output=output_format(_sent(req.response_format)),
         precision=req.scoring_precision,

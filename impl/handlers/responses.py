@@ -1,0 +1,88 @@
+"""Handlers of the `responses` tag (OpenAI's Responses API, contract 0.20.0)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+from typing import Any, cast
+
+from connexion.context import request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import ApiError
+from ..generated import v1
+from ..http.sse import typed_frames
+from ..probes.trace import HEADER as TRACE_HEADER
+from ..probes.trace import trace_id
+from ..serving.responses.paging import page
+from ..serving.results import Comment, Reply
+from ..store.responses import ResponseNotFound, StoredResponse
+from .common import CLIENT_CLOSED, admitted, parse, request_body, state, unless_disconnected
+
+
+async def create_response() -> Response:
+    """POST /v1/responses."""
+    body = request_body()
+    req = parse(v1.CreateResponseRequest, body)
+    admission = admitted("responses", req.model, body)
+    admission = replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
+    service = state().responses
+    ask = service.ask(req)
+    result = await unless_disconnected(service.serve(ask, admission))
+    if result is None:
+        return Response(status_code=CLIENT_CLOSED)
+    if isinstance(result, Reply):
+        return JSONResponse(result.body, headers=result.headers)
+    headers = {**result.headers, "Cache-Control": "no-cache"}
+    events = cast(AsyncGenerator[dict[str, Any] | Comment, None], result.events)  # typed events
+    return StreamingResponse(typed_frames(events), media_type="text/event-stream", headers=headers)
+
+
+def retrieve_response(response_id: str, include: list[str] | None = None) -> Response:
+    """GET /v1/responses/{response_id}."""
+    return JSONResponse(_stored(response_id).response)
+
+
+def delete_response(response_id: str) -> Response:
+    """DELETE /v1/responses/{response_id}."""
+    try:
+        state().responses.store.delete(response_id)
+    except ResponseNotFound:
+        raise _not_found(response_id) from None
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+def list_input_items(
+    response_id: str,
+    limit: int = 20,
+    order: str = "desc",
+    after: str | None = None,
+    include: list[str] | None = None,
+) -> Response:
+    """GET /v1/responses/{response_id}/input_items."""
+    stored = _stored(response_id)
+    return JSONResponse(page(list(stored.input_items), limit=limit, order=order, after=after))
+
+
+def cancel_response(response_id: str) -> Response:
+    """POST /v1/responses/{response_id}/cancel: no response runs in the background here."""
+    _stored(response_id)
+    raise ApiError(
+        "invalid_request",
+        f"Response `{response_id}` did not run in the background (this server runs none "
+        "there: `background: true` is refused), so it cannot be cancelled.",
+        "response_id",
+    )
+
+
+def _stored(response_id: str) -> StoredResponse:
+    try:
+        return state().responses.store.get(response_id)
+    except ResponseNotFound:
+        raise _not_found(response_id) from None
+
+
+def _not_found(response_id: str) -> ApiError:
+    return ApiError(
+        "response_not_found", f"No stored response has the id `{response_id}`.", "response_id"
+    )

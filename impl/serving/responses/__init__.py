@@ -1,0 +1,1 @@
+"""OpenAI's Responses API on the chat path: requests, shapes, stored responses."""

@@ -1,0 +1,100 @@
+"""The Responses API (`/v1/responses`): a response runs as a chat completion, its answer
+shaped as a Response (or its typed events), and kept while `store` says so.
+
+Order is the chat path's (serving/completions/service.py): the field matrix and every
+refusal before any load; the stored conversation `previous_response_id` names is read
+before the model is touched. A refusal names the Responses field (request.py `RENAMED`).
+A stream that fails after its start ends with an `error` event and `response.failed`,
+and the failed response is kept as it stood.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+from ... import headers as hdr
+from ...errors import ApiError, internal_error
+from ...generated import v1
+from ...store.responses import ResponseNotFound, ResponseStore, StoredResponse
+from ..admission import Admission
+from ..completions.service import CompletionService
+from ..results import Comment, Encoded, Reply, StreamReply
+from .request import ResponseAsk, renamed, response_ask
+from .shapes import Events, Response, from_chat, new_response_id
+
+log = logging.getLogger(__name__)
+
+Event = dict[str, Any] | Comment
+
+
+class ResponsesService:
+    def __init__(self, completions: CompletionService, store: ResponseStore) -> None:
+        self._completions = completions
+        self.store = store
+
+    def ask(self, req: v1.CreateResponseRequest) -> ResponseAsk:
+        """The request on the conversation its `previous_response_id` continues."""
+        previous: list[dict[str, Any]] = []
+        if req.previous_response_id is not None:
+            try:
+                previous = self.store.get(req.previous_response_id).context()
+            except ResponseNotFound:
+                raise ApiError(
+                    "previous_response_not_found",
+                    f"No stored response has the id `{req.previous_response_id}` (it was "
+                    "never stored, was deleted, or was dropped past the store's bound).",
+                    "previous_response_id",
+                ) from None
+        return response_ask(req, previous)
+
+    async def serve(self, ask: ResponseAsk, admission: Admission) -> Reply | StreamReply:
+        response = Response(id=new_response_id(), model=admission.entry.model_id, echo=ask.echo)
+        try:
+            result = await self._completions.serve(ask.chat, admission)
+        except ApiError as exc:
+            raise renamed(exc) from None
+        if isinstance(result, StreamReply):
+            return StreamReply(self._events(ask, response, result.events), result.headers)
+        body = from_chat(response, result.body)
+        body["millm_steering"] = result.headers.get(hdr.STEERING, "none")
+        self._keep(ask, body)
+        return Reply(body, result.headers)
+
+    async def _events(
+        self,
+        ask: ResponseAsk,
+        response: Response,
+        chunks: AsyncGenerator[dict[str, Any] | Encoded | Comment, None],
+    ) -> AsyncGenerator[Event, None]:
+        events = Events(response)
+        for started in events.started():
+            yield started
+        try:
+            async with aclosing(chunks) as source:
+                async for chunk in source:
+                    for event in events.chunk(chunk):
+                        yield event
+        except ApiError as exc:
+            log.warning("response stream ended by %s: %s", exc.code, exc.message)
+            for failed in events.failed(renamed(exc)):
+                yield failed
+        except Exception:
+            log.exception("response stream failed")
+            for failed in events.failed(internal_error()):
+                yield failed
+        self._keep(ask, events.final())
+
+    def _keep(self, ask: ResponseAsk, body: dict[str, Any]) -> None:
+        if not ask.store:
+            return
+        stored = StoredResponse(
+            id=body["id"],
+            response=body,
+            input_items=ask.input_items,
+            conversation=ask.conversation,
+            created=float(body["created_at"]),
+        )
+        self.store.save(stored)
