@@ -20,7 +20,7 @@ from ..probes.trace import trace_id
 from ..serving.admission import Admission, admit
 from ..serving.completions.requests import GenerationRequest
 from ..serving.completions.service import CompletionService
-from ..serving.results import Reply, StreamReply
+from ..serving.results import Reply
 
 if TYPE_CHECKING:
     from ..app import ServerState
@@ -30,6 +30,7 @@ CLIENT_CLOSED = 499  # nobody reads it: the client is gone
 
 
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")  # what a request's work answers (a reply, or a stream of one kind)
 
 
 def parse(model: type[M], body: Mapping[str, Any], code: str = "invalid_parameter") -> M:
@@ -80,9 +81,7 @@ def service() -> CompletionService:
     return state().completions
 
 
-async def unless_disconnected(
-    work: Awaitable[Reply | StreamReply],
-) -> Reply | StreamReply | None:
+async def unless_disconnected(work: Awaitable[R]) -> R | None:
     """Run `work`; if the client leaves first, cancel it (generation stops at the next token).
     The client is looked at each `DISCONNECT_POLL_SECONDS` the work runs on: work done
     sooner (a stream's start, on a resident model) pays for no watcher."""

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import Any, cast
 
 from connexion.context import request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -15,7 +13,7 @@ from ..http.sse import typed_frames
 from ..probes.trace import HEADER as TRACE_HEADER
 from ..probes.trace import trace_id
 from ..serving.responses.paging import page
-from ..serving.results import Comment, Reply
+from ..serving.results import Reply
 from ..store.responses import ResponseNotFound, StoredResponse
 from .common import CLIENT_CLOSED, admitted, parse, request_body, state, unless_disconnected
 
@@ -34,8 +32,8 @@ async def create_response() -> Response:
     if isinstance(result, Reply):
         return JSONResponse(result.body, headers=result.headers)
     headers = {**result.headers, "Cache-Control": "no-cache"}
-    events = cast(AsyncGenerator[dict[str, Any] | Comment, None], result.events)  # typed events
-    return StreamingResponse(typed_frames(events), media_type="text/event-stream", headers=headers)
+    frames = typed_frames(result.events)
+    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
 
 
 def retrieve_response(response_id: str, include: list[str] | None = None) -> Response:

@@ -59,12 +59,13 @@ async def frames(
 
 
 async def typed_frames(
-    events: AsyncGenerator[dict[str, Any] | Comment, None],
+    events: AsyncGenerator[list[dict[str, Any]] | Comment, None],
 ) -> AsyncIterator[bytes]:
-    """The wire bytes of a typed event stream: each event named by its `type`."""
+    """The wire bytes of a typed event stream: each event named by its `type`, the events
+    made together written together."""
     async with aclosing(events) as source:
-        async for event in source:
-            if isinstance(event, Comment):
-                yield f": {event.text}\n\n".encode()
+        async for made in source:
+            if isinstance(made, Comment):
+                yield f": {made.text}\n\n".encode()
             else:
-                yield named(str(event["type"]), event)
+                yield b"".join(named(str(event["type"]), event) for event in made)

@@ -36,3 +36,12 @@ class StreamReply:
 
     events: AsyncGenerator[dict[str, Any] | Encoded | Comment, None]
     headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TypedStreamReply:
+    """Typed events (the Responses API's: `event: <type>`), those made together in one list,
+    or comments; and the response's headers."""
+
+    events: AsyncGenerator[list[dict[str, Any]] | Comment, None]
+    headers: dict[str, str]

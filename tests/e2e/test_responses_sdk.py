@@ -18,8 +18,10 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.conftest import GGUF_ID
-from tests.e2e.conftest import LiveServer, checked_sdk, live_server
+from miserver.app import Server
+from miserver.settings import Settings
+from tests.conftest import ENGINE_THREADS, GGUF_ID, LocalClient, cache_dir
+from tests.e2e.conftest import LiveServer, checked_sdk
 from tests.openai_reference import Check
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +53,8 @@ def sdk(default_server: LiveServer, openai_check: Check) -> Iterator[OpenAI]:
 
 def test_a_response_in_openais_shape(sdk: OpenAI) -> None:
     """Issue 44 items 1-2: `responses.create` answers a Response: a `resp_` id, a message
-    item with `output_text`, the usage in the Responses API's names, the request echoed."""
+    item with `output_text` and, with `include`, each output token's log-probability and its
+    alternatives; the usage in the Responses API's names; the request echoed."""
     raw = sdk.responses.with_raw_response.create(
         model=GGUF_ID,
         input=QUESTION,
@@ -59,6 +62,8 @@ def test_a_response_in_openais_shape(sdk: OpenAI) -> None:
         max_output_tokens=24,
         temperature=0,
         metadata={"case": "shape"},
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
     )
     response = raw.parse()
     assert response.id.startswith("resp_") and response.object == "response"
@@ -69,6 +74,10 @@ def test_a_response_in_openais_shape(sdk: OpenAI) -> None:
     assert response.usage is not None and response.usage.output_tokens > 0
     assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
     assert response.instructions == "Answer briefly." and response.metadata == {"case": "shape"}
+    logprobs = message.content[0].logprobs  # type: ignore[union-attr]
+    assert logprobs is not None and len(logprobs) == response.usage.output_tokens
+    assert all(len(entry.top_logprobs) == 2 and entry.logprob <= 0 for entry in logprobs)
+    assert "".join(entry.token for entry in logprobs) == response.output_text
     assert raw.headers["X-miLLM-Steering"] == "none"
     assert raw.headers["X-miLLM-Model"] == GGUF_ID
     if response.status == "incomplete":
@@ -208,13 +217,14 @@ def test_refusals_name_the_responses_field(sdk: OpenAI) -> None:
         assert (refused.value.code, refused.value.param) == (code, param), extra
 
 
-def test_a_restart_keeps_stored_responses(tmp_path: Path, openai_check: Check) -> None:
-    """Issue 44 item 4: stored responses live in the data dir's SQLite, across a restart;
-    `store: false` keeps nothing."""
-    with live_server(tmp_path, model=None) as first, checked_sdk(first.base_url, openai_check) as c:
-        kept = c.responses.create(model=GGUF_ID, input=QUESTION, max_output_tokens=8)
-        gone = c.responses.create(model=GGUF_ID, input=QUESTION, max_output_tokens=8, store=False)
-    with live_server(tmp_path, model=None) as again, checked_sdk(again.base_url, openai_check) as c:
-        assert c.responses.retrieve(kept.id).model_dump() == kept.model_dump()
-        with pytest.raises(openai.NotFoundError):
-            c.responses.retrieve(gone.id)
+def test_a_restart_keeps_stored_responses(tmp_path: Path) -> None:
+    """Issue 44 item 4: stored responses live in the data dir's SQLite, across a restart (a
+    second server on the same data dir, in this process); `store: false` keeps nothing."""
+    settings = Settings(data_dir=tmp_path / "data", cache_dir=cache_dir(), threads=ENGINE_THREADS)
+    body = {"model": GGUF_ID, "input": QUESTION, "max_output_tokens": 8}
+    with LocalClient(Server(settings)) as first:
+        kept = first.post("/v1/responses", json=body).json()
+        gone = first.post("/v1/responses", json={**body, "store": False}).json()
+    with LocalClient(Server(settings)) as again:
+        assert again.get(f"/v1/responses/{kept['id']}").json() == kept
+        assert again.get(f"/v1/responses/{gone['id']}").status_code == 404

@@ -21,13 +21,13 @@ from ...generated import v1
 from ...store.responses import ResponseNotFound, ResponseStore, StoredResponse
 from ..admission import Admission
 from ..completions.service import CompletionService
-from ..results import Comment, Encoded, Reply, StreamReply
+from ..results import Comment, Encoded, Reply, StreamReply, TypedStreamReply
 from .request import ResponseAsk, renamed, response_ask
 from .shapes import Events, Response, from_chat, new_response_id
 
 log = logging.getLogger(__name__)
 
-Event = dict[str, Any] | Comment
+Sent = list[dict[str, Any]] | Comment  # the events one chat chunk made, or a comment
 
 
 class ResponsesService:
@@ -50,14 +50,14 @@ class ResponsesService:
                 ) from None
         return response_ask(req, previous)
 
-    async def serve(self, ask: ResponseAsk, admission: Admission) -> Reply | StreamReply:
+    async def serve(self, ask: ResponseAsk, admission: Admission) -> Reply | TypedStreamReply:
         response = Response(id=new_response_id(), model=admission.entry.model_id, echo=ask.echo)
         try:
             result = await self._completions.serve(ask.chat, admission)
         except ApiError as exc:
             raise renamed(exc) from None
         if isinstance(result, StreamReply):
-            return StreamReply(self._events(ask, response, result.events), result.headers)
+            return TypedStreamReply(self._events(ask, response, result.events), result.headers)
         body = from_chat(response, result.body)
         body["millm_steering"] = result.headers.get(hdr.STEERING, "none")
         self._keep(ask, body)
@@ -68,23 +68,25 @@ class ResponsesService:
         ask: ResponseAsk,
         response: Response,
         chunks: AsyncGenerator[dict[str, Any] | Encoded | Comment, None],
-    ) -> AsyncGenerator[Event, None]:
+    ) -> AsyncGenerator[Sent, None]:
+        """The typed events, those one chat chunk makes together in one list (one write)."""
         events = Events(response)
-        for started in events.started():
-            yield started
+        yield list(events.started())
         try:
             async with aclosing(chunks) as source:
                 async for chunk in source:
-                    for event in events.chunk(chunk):
-                        yield event
+                    if isinstance(chunk, Comment):
+                        yield chunk
+                        continue
+                    made = list(events.chunk(chunk))
+                    if made:
+                        yield made
         except ApiError as exc:
             log.warning("response stream ended by %s: %s", exc.code, exc.message)
-            for failed in events.failed(renamed(exc)):
-                yield failed
+            yield list(events.failed(renamed(exc)))
         except Exception:
             log.exception("response stream failed")
-            for failed in events.failed(internal_error()):
-                yield failed
+            yield list(events.failed(internal_error()))
         self._keep(ask, events.final())
 
     def _keep(self, ask: ResponseAsk, body: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ApiError
-from ..results import Comment, Encoded
+from ..results import Encoded
 from . import items
 
 FINISHED = {"length": ("incomplete", {"reason": "max_output_tokens"})}
@@ -200,10 +200,7 @@ class Events:
         yield self.event("response.created", response=snapshot)
         yield self.event("response.in_progress", response=snapshot)
 
-    def chunk(self, raw: dict[str, Any] | Encoded | Comment) -> Iterator[dict[str, Any] | Comment]:
-        if isinstance(raw, Comment):
-            yield raw
-            return
+    def chunk(self, raw: dict[str, Any] | Encoded) -> Iterator[dict[str, Any]]:
         chunk = json.loads(raw.json) if isinstance(raw, Encoded) else raw
         choices = chunk.get("choices") or []
         if not choices:
