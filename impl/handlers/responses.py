@@ -26,6 +26,7 @@ async def create_response() -> Response:
     admission = replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
     service = state().responses
     ask = service.ask(req)
+    admission = replace(admission, ignored=(*admission.ignored, *ask.unused))
     result = await unless_disconnected(service.serve(ask, admission))
     if result is None:
         return Response(status_code=CLIENT_CLOSED)

@@ -228,3 +228,27 @@ def test_a_restart_keeps_stored_responses(tmp_path: Path) -> None:
     with LocalClient(Server(settings)) as again:
         assert again.get(f"/v1/responses/{kept['id']}").json() == kept
         assert again.get(f"/v1/responses/{gone['id']}").status_code == 404
+
+
+def test_fields_that_change_nothing_are_reported_and_strict_mode_refuses_them(
+    sdk: OpenAI,
+) -> None:
+    """Issue 44 item 1, OAI-VALID-07/10 on responses: `user`, `service_tier`, `text.verbosity`,
+    a reasoning summary and an `include` other than logprobs are reported in
+    X-miLLM-Ignored-Fields; with X-miLLM-Strict they are refused instead."""
+    asked: dict[str, Any] = {
+        "model": GGUF_ID,
+        "input": QUESTION,
+        "max_output_tokens": 2,
+        "user": "u1",
+        "text": {"verbosity": "low"},
+        "reasoning": {"summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+    }
+    raw = sdk.responses.with_raw_response.create(**asked)
+    assert raw.headers["X-miLLM-Ignored-Fields"] == (
+        '"user", "text.verbosity", "reasoning.summary", "include[0]"'
+    )
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.responses.create(**asked, extra_headers={"X-miLLM-Strict": "true"})
+    assert refused.value.code == "unused_fields_refused"

@@ -49,6 +49,7 @@ class ResponseAsk:
     echo: dict[str, Any] = field(default_factory=dict)  # the Response's request members
     store: bool = True
     logprobs: bool = False  # `include` asks for each output token's log-probability
+    unused: tuple[str, ...] = ()  # nested members sent that change nothing (reported)
 
 
 def response_ask(
@@ -72,7 +73,22 @@ def response_ask(
         echo=_echo(req, text_format, effort),
         store=req.store is not False,
         logprobs=logprobs,
+        unused=tuple(_unused(req)),
     )
+
+
+def _unused(req: v1.CreateResponseRequest) -> list[str]:
+    """Nested members the field matrix does not see that change nothing here: `text.verbosity`
+    (no template reads it), a reasoning summary (nothing summarises), `include` values other
+    than the logprobs one."""
+    found = []
+    if req.text is not None and req.text.verbosity is not None:
+        found.append("text.verbosity")
+    for name in ("summary", "generate_summary"):
+        if req.reasoning is not None and getattr(req.reasoning, name) is not None:
+            found.append(f"reasoning.{name}")
+    found += [f"include[{i}]" for i, value in enumerate(req.include or ()) if value != LOGPROBS]
+    return found
 
 
 def _chat(
