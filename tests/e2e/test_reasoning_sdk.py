@@ -73,3 +73,42 @@ def test_sdk_accumulates_streamed_reasoning(sdk: OpenAI) -> None:
         content += delta.content or ""
     assert reasoning == getattr(whole, "reasoning_content", None)
     assert content == whole.content
+
+
+def as_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as Responses API input: an assistant's reasoning as a `reasoning` item
+    before its message."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        reasoning = message.get("reasoning_content")
+        if reasoning:
+            text = [{"type": "reasoning_text", "text": reasoning}]
+            out.append({"type": "reasoning", "summary": [], "content": text})
+        out.append({"role": message["role"], "content": message["content"]})
+    return out
+
+
+def test_a_response_reports_reasoning_as_its_own_item(sdk: OpenAI) -> None:
+    """Issue 44 items 1-3: `reasoning.effort` turns thinking on for a response; the span comes
+    back as a `reasoning` item (its text as `reasoning_text`), streamed as
+    `response.reasoning_text.delta` events, the answer alone in the message: what chat
+    answers as `reasoning_content` and `content` for the same conversation (reasoning items of
+    the history reach the template as the turns' `reasoning_content`)."""
+    chat = sdk.chat.completions.create(**ask(), reasoning_effort="low").choices[0].message
+    asked: dict[str, Any] = {
+        "model": QWEN3,
+        "input": as_items(capitals()),
+        "max_output_tokens": 60,
+        "temperature": 0,
+        "reasoning": {"effort": "low"},
+    }
+    response = sdk.responses.create(**asked)
+    (reasoning,) = [item for item in response.output if item.type == "reasoning"]
+    assert reasoning.content is not None
+    assert reasoning.content[0].text == getattr(chat, "reasoning_content", None)
+    assert response.output_text == chat.content
+    events = list(sdk.responses.create(**asked, stream=True))
+    streamed = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert streamed == reasoning.content[0].text
+    final: Any = events[-1]
+    assert final.response.output_text == response.output_text
