@@ -337,7 +337,7 @@ class Server:
             scheduler=scheduler,
             completions=service,
             responses=ResponsesService(
-                service, ResponseStore(self._db, limit=settings.responses_max_stored)
+                service, ResponseStore(self._db, limit=settings.responses_max_stored), manager
             ),
             steering=live,
             admin=admin,

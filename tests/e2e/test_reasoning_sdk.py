@@ -103,6 +103,9 @@ def test_a_response_reports_reasoning_as_its_own_item(sdk: OpenAI) -> None:
         "reasoning": {"effort": "low"},
     }
     response = sdk.responses.create(**asked)
+    assert response.usage is not None
+    spent = response.usage.output_tokens_details.reasoning_tokens
+    assert 0 < spent < response.usage.output_tokens
     (reasoning,) = [item for item in response.output if item.type == "reasoning"]
     assert reasoning.content is not None
     assert reasoning.content[0].text == getattr(chat, "reasoning_content", None)
@@ -112,3 +115,4 @@ def test_a_response_reports_reasoning_as_its_own_item(sdk: OpenAI) -> None:
     assert streamed == reasoning.content[0].text
     final: Any = events[-1]
     assert final.response.output_text == response.output_text
+    assert final.response.usage.output_tokens_details.reasoning_tokens == spent

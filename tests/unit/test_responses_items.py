@@ -118,7 +118,7 @@ def test_a_chat_stream_becomes_numbered_typed_events_in_openais_shapes() -> None
     """Reasoning, then text (a fast-path `Encoded` chunk too), then a call, then the trailer:
     each item opened and closed in order, every event valid, the last `response.completed`."""
     response = shapes.Response(id="resp_x", model="m", echo=ECHO)
-    events = shapes.Events(response)
+    events = shapes.Events(response, lambda text: len(text.split()))
     call = {
         "index": 0,
         "id": "call_1",
@@ -151,3 +151,4 @@ def test_a_chat_stream_becomes_numbered_typed_events_in_openais_shapes() -> None
     assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call"]
     assert final["output"][1]["content"][0]["text"] == "It is sunny."
     assert final["usage"]["output_tokens"] == 7 and final["millm_steering"] == "none"
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 3  # "Let me see."

@@ -13,11 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 from ... import headers as hdr
 from ...errors import ApiError, internal_error
 from ...generated import v1
+from ...models.manager import ModelManager
+from ...models.registry import ModelEntry
 from ...store.responses import ResponseNotFound, ResponseStore, StoredResponse
 from ..admission import Admission
 from ..completions.service import CompletionService
@@ -31,8 +34,11 @@ Sent = list[dict[str, Any]] | Comment  # the events one chat chunk made, or a co
 
 
 class ResponsesService:
-    def __init__(self, completions: CompletionService, store: ResponseStore) -> None:
+    def __init__(
+        self, completions: CompletionService, store: ResponseStore, manager: ModelManager
+    ) -> None:
         self._completions = completions
+        self._manager = manager  # the resident engine's tokenizer counts reasoning tokens
         self.store = store
 
     def ask(self, req: v1.CreateResponseRequest) -> ResponseAsk:
@@ -56,21 +62,27 @@ class ResponsesService:
             result = await self._completions.serve(ask.chat, admission)
         except ApiError as exc:
             raise renamed(exc) from None
+        count = partial(self._tokens, admission.entry)
         if isinstance(result, StreamReply):
-            return TypedStreamReply(self._events(ask, response, result.events), result.headers)
-        body = from_chat(response, result.body)
+            events = self._events(ask, Events(response, count), result.events)
+            return TypedStreamReply(events, result.headers)
+        body = from_chat(response, result.body, count)
         body["millm_steering"] = result.headers.get(hdr.STEERING, "none")
         self._keep(ask, body)
         return Reply(body, result.headers)
 
+    def _tokens(self, entry: ModelEntry, text: str) -> int:
+        """How many tokens `text` is to the model that answered (0 once it is gone)."""
+        engine = self._manager.engine_if_resident(entry)
+        return 0 if engine is None else len(engine.tokenize(text, add_special_tokens=False))
+
     async def _events(
         self,
         ask: ResponseAsk,
-        response: Response,
+        events: Events,
         chunks: AsyncGenerator[dict[str, Any] | Encoded | Comment, None],
     ) -> AsyncGenerator[Sent, None]:
         """The typed events, those one chat chunk makes together in one list (one write)."""
-        events = Events(response)
         yield list(events.started())
         try:
             async with aclosing(chunks) as source:

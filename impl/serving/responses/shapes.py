@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,14 +33,15 @@ def new_response_id() -> str:
 
 def usage(chat: Mapping[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
     """Chat's usage in the Responses API's names. Every input token the cache did not hold
-    is written to it (a slot keeps its prompt's KV)."""
+    is written to it (a slot keeps its prompt's KV); `reasoning_tokens` are the reasoning
+    span's text's tokens (its markers not counted), at most the output's."""
     prompt, completion = int(chat["prompt_tokens"]), int(chat["completion_tokens"])
     cached = int((chat.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prompt - cached},
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, completion)},
         "total_tokens": prompt + completion,
     }
 
@@ -158,11 +159,15 @@ class Response:
         }
 
 
-def from_chat(response: Response, chat: Mapping[str, Any]) -> dict[str, Any]:
+Counter = Callable[[str], int]  # the tokens of a text (the reasoning's, for the usage)
+
+
+def from_chat(response: Response, chat: Mapping[str, Any], count: Counter) -> dict[str, Any]:
     """The Response of a chat completion body (its one choice)."""
     choice = chat["choices"][0]
     response.ended(choice["finish_reason"])
-    response.usage = usage(chat["usage"])
+    reasoning = choice["message"].get("reasoning_content") or ""
+    response.usage = usage(chat["usage"], count(reasoning) if reasoning else 0)
     for key in ("millm_probe_verdicts", "millm"):
         if key in chat:
             response.extras[key] = chat[key]
@@ -181,9 +186,10 @@ class Events:
     `max_output_tokens`.
     """
 
-    def __init__(self, response: Response) -> None:
+    def __init__(self, response: Response, count: Counter) -> None:
         self.response = response
         self.output: list[dict[str, Any]] = []
+        self._count = count
         self._seq = 0
         self._open: dict[str, Any] | None = None  # the item receiving pieces
         self._text: list[str] = []  # the open item's text so far
@@ -299,7 +305,13 @@ class Events:
         yield from self._close()
         self.response.extras["millm_steering"] = chunk["millm_steering"]
         if chunk.get("usage") is not None:
-            self.response.usage = usage(chunk["usage"])
+            reasoning = "".join(
+                part["text"]
+                for item in self.output
+                if item["type"] == "reasoning"
+                for part in item["content"]
+            )
+            self.response.usage = usage(chunk["usage"], self._count(reasoning) if reasoning else 0)
         self.response.ended(self._finish)
         kind = "response.incomplete" if self.response.status == "incomplete" else None
         yield self.event(kind or "response.completed", response=self.final())
