@@ -102,14 +102,15 @@ async def unless_disconnected(work: Awaitable[R]) -> R | None:
 
 
 def admitted(endpoint: str, model_id: str, body: Mapping[str, Any]) -> Admission:
-    """The request let in to `endpoint` (serving/admission.py), or its refusal."""
-    return admit(state().manager, endpoint, model_id, body, request_headers=request.headers)
+    """The request let in to `endpoint` (serving/admission.py), or its refusal; with the W3C
+    trace its `traceparent` joins (a fresh one when it sends none)."""
+    admission = admit(state().manager, endpoint, model_id, body, request_headers=request.headers)
+    return replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
 
 
 async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:
     """A completion's JSON reply, or its SSE stream; errors propagate to the error handlers."""
     admission = admitted(req.endpoint, req.model_id, body)
-    admission = replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
     result = await unless_disconnected(service().serve(req, admission))
     if result is None:
         return Response(status_code=CLIENT_CLOSED)

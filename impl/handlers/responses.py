@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from connexion.context import request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ApiError
 from ..generated import v1
 from ..http.sse import typed_frames
-from ..probes.trace import HEADER as TRACE_HEADER
-from ..probes.trace import trace_id
 from ..serving.responses.paging import page
 from ..serving.results import Reply
 from ..store.responses import ResponseNotFound, StoredResponse
@@ -23,7 +20,6 @@ async def create_response() -> Response:
     body = request_body()
     req = parse(v1.CreateResponseRequest, body)
     admission = admitted("responses", req.model, body)
-    admission = replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
     service = state().responses
     ask = service.ask(req)
     admission = replace(admission, ignored=(*admission.ignored, *ask.unused))

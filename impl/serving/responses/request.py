@@ -48,7 +48,6 @@ class ResponseAsk:
     conversation: tuple[dict[str, Any], ...]  # what the model sees: the previous, then input
     echo: dict[str, Any] = field(default_factory=dict)  # the Response's request members
     store: bool = True
-    logprobs: bool = False  # `include` asks for each output token's log-probability
     unused: tuple[str, ...] = ()  # nested members sent that change nothing (reported)
 
 
@@ -72,7 +71,6 @@ def response_ask(
         conversation=tuple(conversation),
         echo=_echo(req, text_format, effort),
         store=req.store is not False,
-        logprobs=logprobs,
         unused=tuple(_unused(req)),
     )
 
