@@ -73,3 +73,36 @@ def read_stream(text: str) -> Stream:
             )
         chunks.append(chunk)
     return Stream(chunks, bool(done_at))
+
+
+def typed_events(text: str, requirement: str) -> list[dict[str, Any]]:
+    """The events of a typed stream (the Responses API's): each one `event: <type>` line and
+    one `data: <json>` line whose `type` is that name, comments allowed, no `[DONE]`."""
+    body = text.replace("\r\n", "\n")
+    if body and not body.endswith("\n\n"):
+        raise StreamFramingViolation(
+            "every event ended by a blank line",
+            f"the body ends with {_cut(body[-60:])!r}",
+            requirement,
+        )
+    found: list[dict[str, Any]] = []
+    for block in body.split("\n\n"):
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
+            continue
+        framed = (
+            len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: ")
+        )
+        try:
+            event = json.loads(lines[1].removeprefix("data: ")) if framed else None
+        except ValueError:
+            event = None
+        name = lines[0].removeprefix("event: ") if framed else None
+        if not isinstance(event, dict) or event.get("type") != name:
+            raise StreamFramingViolation(
+                "each event as `event: <type>` and `data: <json object of that type>`",
+                _cut(repr(block)),
+                requirement,
+            )
+        found.append(event)
+    return found

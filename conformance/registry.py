@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from .context import Context
 
 CheckFunction = Callable[[Context], None]
-REQUIREMENT_ID = re.compile(r"^OAI-[A-Z0-9]+-\d{2}$")
+REQUIREMENT_ID = re.compile(r"^(OAI|MIS)-[A-Z0-9]+-\d{2}$")
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One registered check: its name, the REQ-000 IDs it covers, its function and summary."""
+    """One registered check: its name, the requirement IDs it covers (REQ-000's `OAI-`, or
+    the contract's own `MIS-` for what goes past it: docs/CONFORMANCE.md), its function and
+    summary."""
 
     name: str
     requirements: tuple[str, ...]
@@ -31,7 +33,7 @@ REGISTRY: list[Check] = []
 
 
 def check(*requirements: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Register the decorated function as a check covering `requirements` (REQ-000 IDs)."""
+    """Register the decorated function as a check covering `requirements` (`OAI-` or `MIS-`)."""
     bad = [rid for rid in requirements if not REQUIREMENT_ID.match(rid)]
     if not requirements or bad:
         raise ValueError(f"a check needs REQ-000 requirement IDs, got {requirements!r}")

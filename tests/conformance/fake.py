@@ -26,6 +26,9 @@ Each name in `faults` breaks one thing:
     logprobs_one_entry  a chat generation with logprobs reports only its last token
     echo_first_scored   an echoed prompt's first token gets a log-probability, not null
 
+and the Responses API's faults (fake_responses.py). Without extensions the fake has no
+Responses API either (404), as an OpenAI-compatible server that predates it.
+
 With extensions it also has one active circuit (two members at the SAE's layer,
 one past ±200 at its dial) and one stored cluster.
 """
@@ -49,6 +52,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from miserver.steering import steering_set_hash
+from tests.conformance.fake_responses import FAULTS as RESPONSES_FAULTS
+from tests.conformance.fake_responses import FakeResponses
 
 MODEL = "fake-model"
 SAE = "fake-sae"
@@ -83,6 +88,7 @@ FAULTS = (
     "logprobs_need_one_token",
     "logprobs_one_entry",
     "echo_first_scored",
+    *RESPONSES_FAULTS,
 )
 PROBE = "fake-probe"
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -613,6 +619,10 @@ def fake_app(
         routes.append(Route("/api/circuits/active", circuits_active))
         routes.append(Route("/api/circuits/{circuit_id}", circuit))
         routes.append(Route("/api/profiles", profiles))
+        refuse = lambda status, code, param, message: fake.error(  # noqa: E731
+            Refusal(status, code, param, message)
+        )
+        routes += FakeResponses(MODEL, faults, refuse).routes()
     app = Starlette(routes=routes)
     if api_key is not None:
         app.add_middleware(BaseHTTPMiddleware, dispatch=_key_check(fake, api_key))

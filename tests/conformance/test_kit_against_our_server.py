@@ -73,6 +73,8 @@ GGUF_CHECKS = [
     *sorted(GGUF_LOGPROBS),
     "chat_stream_framing",
     "ignored_fields_reported",
+    "response_object_shape",  # the Responses API (contract 0.20.0) on both engines
+    "response_stream_events",
 ]
 
 

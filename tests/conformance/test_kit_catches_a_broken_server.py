@@ -40,6 +40,8 @@ EXTENSION_CHECKS = {
     "circuit_rung_header",
     "circuit_member_hash",
     "cluster_member_hash",
+    "response_object_shape",  # the plain fake predates the Responses API: 404
+    "response_stream_events",
 }
 # fault -> (the check that must fail, the requirement ID its failure names)
 CAUGHT = {
@@ -60,6 +62,8 @@ CAUGHT = {
     "logprobs_need_one_token": ("logprobs_score_or_generate", "OAI-SCORE-32"),
     "logprobs_one_entry": ("chat_generation_logprobs", "OAI-CSCORE-14"),
     "echo_first_scored": ("completion_echo_logprobs", "OAI-SCORE-15"),
+    "response_usage_names": ("response_object_shape", "MIS-RESPONSES-01"),
+    "response_events_unnumbered": ("response_stream_events", "MIS-RESPONSES-04"),
 }
 
 
