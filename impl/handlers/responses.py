@@ -21,7 +21,7 @@ async def create_response() -> Response:
     req = parse(v1.CreateResponseRequest, body)
     admission = admitted("responses", req.model, body)
     service = state().responses
-    ask = service.ask(req)
+    ask = await service.ask(req)
     admission = replace(admission, ignored=(*admission.ignored, *ask.unused))
     result = await unless_disconnected(service.serve(ask, admission))
     if result is None:

@@ -171,6 +171,52 @@ def test_a_function_call_round_trip_continues_the_cached_conversation(sdk: OpenA
     assert second.usage.input_tokens_details.cached_tokens > 0
 
 
+def test_truncation_auto_drops_the_oldest_turns_past_the_window(sdk: OpenAI) -> None:
+    """Issue 44 item 1: a conversation past the model's window is refused as chat refuses
+    it (`truncation: "disabled"`, the default); with `truncation: "auto"` its oldest turns
+    are dropped until it fits, and the usage counts what the model saw."""
+    long = "the quick brown fox jumps over the lazy dog " * 4000  # past any window here
+    conversation: Any = [
+        {"role": "user", "content": long},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": QUESTION},
+    ]
+    asked: dict[str, Any] = {
+        "model": GGUF_ID,
+        "input": conversation,
+        "instructions": "Answer briefly.",
+        "max_output_tokens": 4,
+    }
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.responses.create(**asked)
+    assert refused.value.code == "context_length_exceeded"
+    assert refused.value.param == "input"
+    response = sdk.responses.create(**asked, truncation="auto")
+    assert response.truncation == "auto" and response.status in ("completed", "incomplete")
+    alone = sdk.responses.create(**{**asked, "input": QUESTION})
+    assert response.usage is not None and alone.usage is not None
+    assert response.usage.input_tokens == alone.usage.input_tokens
+    with pytest.raises(openai.BadRequestError) as still:  # the last turn is never dropped
+        sdk.responses.create(**{**asked, "input": long}, truncation="auto")
+    assert still.value.code == "context_length_exceeded"
+
+
+def test_a_seed_reruns_identically_and_is_echoed(sdk: OpenAI) -> None:
+    """Issue 44 item 5, OAI-SEED-04/05/08 on responses: `seed` (through `extra_body`) gives
+    the same sampled text twice and is echoed in X-miLLM-Seed; a response without one has
+    no such header. The Response echoes the temperature and top_p that ran: the config's
+    where none was sent (1.0, as OpenAI's)."""
+    asked: dict[str, Any] = {"model": GGUF_ID, "input": QUESTION, "max_output_tokens": 12}
+    first = sdk.responses.with_raw_response.create(**asked, temperature=1.0, extra_body={"seed": 7})
+    again = sdk.responses.create(**asked, temperature=1.0, extra_body={"seed": 7})
+    assert first.headers["X-miLLM-Seed"] == '7;scope="request"'
+    assert first.parse().output_text == again.output_text
+    unseeded = sdk.responses.with_raw_response.create(**asked)
+    assert "X-miLLM-Seed" not in unseeded.headers
+    echoed = unseeded.parse()
+    assert (echoed.temperature, echoed.top_p) == (1.0, 1.0)
+
+
 def test_text_format_json_schema_constrains_the_default_model(sdk: OpenAI) -> None:
     """Issue 44 acceptance: `text.format` json_schema (strict) on the default model gives a
     document its schema accepts, and `X-miLLM-Constrained` names it."""

@@ -245,6 +245,20 @@ def test_probe_verdicts_through_the_sdk(
         chunks = [(c.model_extra or {}) for c in stream]
         carrying = [i for i, extra in enumerate(chunks) if "millm_probe_verdicts" in extra]
         assert carrying == [len(chunks) - 2] and "millm_steering" in chunks[-1]
+        # issue 44 item 5: a Response carries them as chat does, and so does a stream's end
+        asked: Any = {"model": MODEL_ID, "input": messages, "max_output_tokens": 6}
+        answered = sdk.responses.with_raw_response.create(**asked, temperature=0)
+        judged = (answered.parse().model_extra or {})["millm_probe_verdicts"]
+        assert (
+            '"french";window=last_user;verdict=flagged'
+            in answered.headers["X-miLLM-Probe-Verdicts"]
+        )
+        assert [r["verdict"] for r in judged] == [r["verdict"] for r in results]
+        events = list(sdk.responses.create(**asked, temperature=0, stream=True))
+        final: Any = events[-1]
+        assert final.type == "response.incomplete"  # six tokens: cut at max_output_tokens
+        streamed = final.response.model_extra["millm_probe_verdicts"]
+        assert [r["verdict"] for r in streamed] == [r["verdict"] for r in judged]
     finally:
         assert api.delete("/probes/french", headers=JSON).status_code == 200
     plain = sdk.chat.completions.with_raw_response.create(
@@ -268,6 +282,9 @@ def test_a_locked_server_shows_the_sdk_one_model(sdk: OpenAI, api: httpx.Client)
                 model=other, messages=[{"role": "user", "content": "Hi"}], max_tokens=1
             )
         assert caught.value.code == "model_locked" and MODEL_ID in caught.value.message
+        with pytest.raises(openai.ConflictError) as answered:  # issue 44 item 5
+            sdk.responses.create(model=other, input="Hi", max_output_tokens=1)
+        assert answered.value.code == "model_locked"
     finally:
         api.delete("/steering/lock", headers=JSON)
     assert sorted(m.id for m in sdk.models.list()) == before

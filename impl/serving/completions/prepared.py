@@ -40,6 +40,7 @@ from ..chat.reasoning import ReasoningPlan, reasoning_plan
 from ..chat.replies import ReplyStream, whole
 from ..chat.response_format import OutputFormat
 from ..chat.tools import ToolPlan, shown, tool_plan
+from ..chat.truncation import without_oldest_turn
 from ..prompts import Prompt, TextPrompt, TokenPrompt
 from ..scheduler import Ticket
 from ..telemetry import Meter
@@ -239,17 +240,14 @@ async def prepare(
     `user_spans`: read each prompt's `last_user` window too (an armed probe needs it)."""
     tools = tool_plan(req.tools, engine.chat_template)
     check_bias(req.logit_bias, engine.facts.vocab_size)
-    ids_of, budgets = [], []
+    ids_of, budgets, prompts = [], [], []
     for i, prompt in enumerate(req.prompts):
-        ids = await manager.with_tokenizer(
-            partial(prompt_ids, engine, prompt, i, tools), inline=is_short(prompt, tools)
-        )
-        if not ids:
-            where = "prompt" if req.endpoint == "completions" else "messages"
-            code = "invalid_parameter" if req.scoring is None else "invalid_scoring_request"
-            raise ApiError(code, f"prompt {i} tokenizes to nothing; nothing to continue.", where)
+        served, ids, size = await _fitted(req, engine, manager, defaults, i, prompt, tools)
+        prompts.append(served)
         ids_of.append(ids)
-        budgets.append(budget(req, engine, ids, defaults))
+        budgets.append(size)
+    if req.truncate:  # what was served, for the choices' shapes and the probes' windows
+        req = replace(req, prompts=tuple(prompts))
     reasoning = None
     if _may_reason(req, tools):
         short = sum(map(len, ids_of)) <= INLINE_CHARS
@@ -309,6 +307,42 @@ def user_span(
         return None
     honoured = Capability.TOOLS in engine.capabilities
     return engine.user_span(shown(tools, prompt, engine.chat_template, honoured))
+
+
+async def _fitted(
+    req: GenerationRequest,
+    engine: Engine,
+    manager: ModelManager,
+    defaults: RequestDefaults,
+    i: int,
+    prompt: Prompt,
+    tools: ToolPlan | None,
+) -> tuple[Prompt, list[int], int]:
+    """Prompt i as served, its ids and its budget; with `truncate`, its oldest turns dropped
+    until it fits the window."""
+    while True:
+        ids = await manager.with_tokenizer(
+            partial(prompt_ids, engine, prompt, i, tools), inline=is_short(prompt, tools)
+        )
+        if not ids:
+            where = "prompt" if req.endpoint == "completions" else "messages"
+            code = "invalid_parameter" if req.scoring is None else "invalid_scoring_request"
+            raise ApiError(code, f"prompt {i} tokenizes to nothing; nothing to continue.", where)
+        try:
+            return prompt, ids, budget(req, engine, ids, defaults)
+        except ApiError as exc:
+            shorter = _shortened(req, prompt, exc)
+            if shorter is None:
+                raise
+            prompt = shorter
+
+
+def _shortened(req: GenerationRequest, prompt: Prompt, exc: ApiError) -> ChatPrompt | None:
+    """`prompt` less its oldest turn when `req.truncate` asks for it and `exc` says the
+    prompt does not fit the window (chat/truncation.py); else None."""
+    if not req.truncate or exc.code != "context_length_exceeded":
+        return None
+    return without_oldest_turn(prompt) if isinstance(prompt, ChatPrompt) else None
 
 
 def _may_reason(req: GenerationRequest, tools: ToolPlan | None) -> bool:

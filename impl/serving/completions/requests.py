@@ -75,6 +75,7 @@ class GenerationRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()  # checked against the vocabulary later
     ignore_eos: bool = False  # every end-of-generation id banned (`Prepared`'s bias)
     activations: ActivationsAsk | None = None  # `return_sae_activations` (OAI-ACT)
+    truncate: bool = False  # oldest turns dropped past the window (Responses' `truncation`)
     sent: frozenset[str] = frozenset()  # the declared fields sent with a value (not null)
 
     @property

@@ -74,6 +74,10 @@ class CompletionService:
         self.arrivals = Arrivals()  # requests on their way to a batch (the server counts them)
         self._choices = Choices(executor, bus.publish, self.arrivals)
 
+    def defaults(self) -> RequestDefaults:
+        """The config's defaults for what a request leaves out, read now."""
+        return self._defaults()
+
     async def serve(self, req: GenerationRequest, admission: Admission) -> Reply | StreamReply:
         """Answer one chat or text completion request: refusals first (none needs the model),
         then the config's defaults, then the scoring, JSON or streamed path."""

@@ -10,7 +10,7 @@ naming the Responses field (`RENAMED`): `text.format`, not `response_format`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...engines.base import ChatPrompt
@@ -19,6 +19,7 @@ from ...generated import v1
 from ..chat.response_format import output_format
 from ..chat.thinking import ThinkAsk
 from ..chat.tools import tool_ask
+from ..completions.defaults import RequestDefaults
 from ..completions.requests import GenerationRequest, steering_ask
 from ..prompts import value_of
 from . import items as items_mod
@@ -55,8 +56,8 @@ def response_ask(
     req: v1.CreateResponseRequest, previous: Sequence[dict[str, Any]] = ()
 ) -> ResponseAsk:
     """`req` on the conversation `previous` (the stored context its `previous_response_id`
-    names); refusals before any load."""
-    _refuse_unserved(req)
+    names); refusals before any load. With `truncation: "auto"` the oldest turns are
+    dropped where the whole does not fit the window (chat/truncation.py)."""
     given = items_mod.items(_sent(value_of(req.input)))
     if not given:
         raise InvalidParameter("input", "A response needs `input`: text, or a list of items.")
@@ -73,6 +74,16 @@ def response_ask(
         store=req.store is not False,
         unused=tuple(_unused(req)),
     )
+
+
+def sampled(ask: ResponseAsk, defaults: RequestDefaults) -> ResponseAsk:
+    """`ask` with the config's temperature and top_p where the request sends none, in the
+    chat request it runs as and in what its Response echoes (as OpenAI's shows 1.0)."""
+    chat = ask.chat
+    temperature = defaults.temperature if chat.temperature is None else chat.temperature
+    top_p = defaults.top_p if chat.top_p is None else chat.top_p
+    echo = {**ask.echo, "temperature": temperature, "top_p": top_p}
+    return replace(ask, chat=replace(chat, temperature=temperature, top_p=top_p), echo=echo)
 
 
 def _unused(req: v1.CreateResponseRequest) -> list[str]:
@@ -122,20 +133,11 @@ def _chat(
         tools=tools,
         output=output,
         think=ThinkAsk(req.think, kwargs.get("enable_thinking"), effort),
+        truncate=req.truncation == "auto",
         top_logprobs=req.top_logprobs if logprobs else None,
         logprobs=(req.top_logprobs or 0) if logprobs else None,
         sent=frozenset(sent),
     )
-
-
-def _refuse_unserved(req: v1.CreateResponseRequest) -> None:
-    """`truncation: "auto"`, which no rule of the field matrix can single out."""
-    if req.truncation == "auto":
-        raise FieldNotHonoured(
-            "truncation",
-            'as "auto" on responses yet: a conversation past the window is refused '
-            '(`"disabled"`, the default)',
-        )
 
 
 def _tools(req: v1.CreateResponseRequest) -> list[dict[str, Any]] | None:

@@ -10,6 +10,7 @@ and the failed response is kept as it stood.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -25,7 +26,7 @@ from ...store.responses import ResponseNotFound, ResponseStore, StoredResponse
 from ..admission import Admission
 from ..completions.service import CompletionService
 from ..results import Comment, Encoded, Reply, StreamReply, TypedStreamReply
-from .request import ResponseAsk, renamed, response_ask
+from .request import ResponseAsk, renamed, response_ask, sampled
 from .shapes import Events, Response, from_chat, new_response_id
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,14 @@ class ResponsesService:
         self._manager = manager  # the resident engine's tokenizer counts reasoning tokens
         self.store = store
 
-    def ask(self, req: v1.CreateResponseRequest) -> ResponseAsk:
-        """The request on the conversation its `previous_response_id` continues."""
+    async def ask(self, req: v1.CreateResponseRequest) -> ResponseAsk:
+        """The request on the conversation its `previous_response_id` continues, its
+        sampling the config's where it sends none (the Response echoes what ran)."""
         previous: list[dict[str, Any]] = []
         if req.previous_response_id is not None:
             try:
-                previous = self.store.get(req.previous_response_id).context()
+                stored = await asyncio.to_thread(self.store.get, req.previous_response_id)
+                previous = stored.context()
             except ResponseNotFound:
                 raise ApiError(
                     "previous_response_not_found",
@@ -54,7 +57,7 @@ class ResponsesService:
                     "never stored, was deleted, or was dropped past the store's bound).",
                     "previous_response_id",
                 ) from None
-        return response_ask(req, previous)
+        return sampled(response_ask(req, previous), self._completions.defaults())
 
     async def serve(self, ask: ResponseAsk, admission: Admission) -> Reply | TypedStreamReply:
         response = Response(id=new_response_id(), model=admission.entry.model_id, echo=ask.echo)
@@ -68,7 +71,7 @@ class ResponsesService:
             return TypedStreamReply(events, result.headers)
         body = from_chat(response, result.body, count)
         body["millm_steering"] = result.headers.get(hdr.STEERING, "none")
-        self._keep(ask, body)
+        await self._keep(ask, body)
         return Reply(body, result.headers)
 
     def _tokens(self, entry: ModelEntry, text: str) -> int:
@@ -99,9 +102,10 @@ class ResponsesService:
         except Exception:
             log.exception("response stream failed")
             yield list(events.failed(internal_error()))
-        self._keep(ask, events.final())
+        await self._keep(ask, events.final())
 
-    def _keep(self, ask: ResponseAsk, body: dict[str, Any]) -> None:
+    async def _keep(self, ask: ResponseAsk, body: dict[str, Any]) -> None:
+        """Store the response (off the event loop: a write waits on the disk)."""
         if not ask.store:
             return
         stored = StoredResponse(
@@ -111,4 +115,4 @@ class ResponsesService:
             conversation=ask.conversation,
             created=float(body["created_at"]),
         )
-        self.store.save(stored)
+        await asyncio.to_thread(self.store.save, stored)
