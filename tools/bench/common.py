@@ -52,6 +52,12 @@ class Run:
         return self.tokens / self.seconds
 
 
+def median_ttft(runs: Sequence[Run]) -> Run:
+    """Streamed runs as one: their median time to first content, tokens and seconds summed."""
+    ttft = statistics.median(r.ttft for r in runs)
+    return Run(sum(r.tokens for r in runs), sum(r.seconds for r in runs), "", ttft)
+
+
 # -- servers ---------------------------------------------------------------------
 
 

@@ -192,8 +192,7 @@ def ttfts(client: httpx.Client, url: str, messages: Callable[[], Any]) -> common
     """`TTFT_REQUESTS` streamed chats of `TTFT_TOKENS` tokens; the median time to first
     content (as `ttft`), tokens and seconds summed."""
     runs = [chat_stream(client, url, messages(), TTFT_TOKENS) for _ in range(TTFT_REQUESTS)]
-    ttft = statistics.median(r.ttft for r in runs)
-    return common.Run(sum(r.tokens for r in runs), sum(r.seconds for r in runs), "", ttft)
+    return common.median_ttft(runs)
 
 
 def clients(

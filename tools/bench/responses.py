@@ -74,11 +74,11 @@ def chat_ttft(client: httpx.Client, url: str) -> common.Run:
         common.server_stream(client, url, TTFT_TOKENS, model=MODEL, messages=MESSAGES)
         for _ in range(TTFT_REQUESTS)
     ]
-    return _median(runs)
+    return common.median_ttft(runs)
 
 
 def response_ttft(client: httpx.Client, url: str) -> common.Run:
-    return _median([_response_stream(client, url) for _ in range(TTFT_REQUESTS)])
+    return common.median_ttft([_response_stream(client, url) for _ in range(TTFT_REQUESTS)])
 
 
 def _response_stream(client: httpx.Client, url: str) -> common.Run:
@@ -105,11 +105,6 @@ def _response_stream(client: httpx.Client, url: str) -> common.Run:
             elif event["type"] in ("response.completed", "response.incomplete"):
                 tokens = event["response"]["usage"]["output_tokens"]
     return common.Run(tokens, time.perf_counter() - started, "".join(parts), ttft)
-
-
-def _median(runs: Sequence[common.Run]) -> common.Run:
-    ttft = statistics.median(r.ttft for r in runs)
-    return common.Run(sum(r.tokens for r in runs), sum(r.seconds for r in runs), "", ttft)
 
 
 def measure(rounds: int, tokens: int, threads: int | None, work: Path) -> dict[str, list[Any]]:
