@@ -722,6 +722,164 @@ class ResponseItemList(BaseModel):
     last_id: Annotated[str | None, Field(...)]
 
 
+class Error2(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal[
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+    ]
+    message: str
+    code: str | None = None
+    param: str | None = None
+
+
+class AnthropicErrorResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["error"]
+    error: Error2
+    request_id: str | None = None
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    user_id: str | None = None
+
+
+class MessageTokensCount(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+
+
+class CacheControl(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    ttl: str | None = None
+
+
+class MessageContentBlockParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    tool_use_id: str | None = None
+    content: str | list[JsonObject] | None = None
+    is_error: bool | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None
+    source: dict[str, Any] | None = None
+    citations: list[dict[str, Any]] | None = None
+    cache_control: CacheControl | None = None
+
+
+class MessageTool(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    name: Annotated[str, Field(min_length=1)]
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    cache_control: CacheControl | None = None
+
+
+class MessageToolChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class MessageThinking(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: Annotated[int | None, Field(ge=0)] = None
+    display: str | None = None
+
+
+class Format(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["json_schema"]
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+
+
+class MessageOutputConfig(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    format: Annotated[
+        Format | None,
+        Field(
+            description='`{"type": "json_schema", "schema": {...}}`: the reply held to the schema by the grammar, as chat\'s `response_format` json_schema.'
+        ),
+    ] = None
+    effort: Annotated[
+        str | None,
+        Field(
+            description="Turns the template's thinking on, as chat's `reasoning_effort`."
+        ),
+    ] = None
+
+
+class MessageContentBlock(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["text", "tool_use", "thinking"]
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    thinking: str | None = None
+    signature: str | None = None
+
+
+class MessageUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+    output_tokens: Annotated[int, Field(ge=0)]
+    cache_creation_input_tokens: Annotated[int, Field(ge=0)]
+    cache_read_input_tokens: Annotated[int, Field(ge=0)]
+
+
+class MessageEventStream(RootModel[str]):
+    root: Annotated[
+        str,
+        Field(
+            description="Server-sent events, each `event: <type>` and `data: <event JSON>`: `message_start` (the Message with empty `content`), `ping`, per content block `content_block_start`, `content_block_delta` (`text_delta`, `input_json_delta`, `thinking_delta`, `signature_delta`) and `content_block_stop`, `message_delta` (`stop_reason`, `stop_sequence`, `usage`, and miserver's `millm_steering` and `millm_probe_verdicts`), `message_stop`; `error` on a failure after the start; `: waiting for a turn` comments while queued."
+        ),
+    ]
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -806,6 +964,12 @@ class ChatChoice(BaseModel):
     message: AssistantMessage
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter"]
     logprobs: ChatLogprobs | None = None
+    stop_reason: Annotated[
+        str | None,
+        Field(
+            description="vLLM's `stop_reason`: the stop sequence that ended the choice (`finish_reason` `stop`); absent when it ended otherwise (contract 0.22.0)."
+        ),
+    ] = None
 
 
 class Millm(BaseModel):
@@ -903,6 +1067,12 @@ class ChatChunkChoice(BaseModel):
     finish_reason: Annotated[
         Literal["stop", "length", "tool_calls", "content_filter"] | None, Field(...)
     ]
+    stop_reason: Annotated[
+        str | None,
+        Field(
+            description="vLLM's `stop_reason`: the stop sequence that ended the choice (`finish_reason` `stop`); absent when it ended otherwise (contract 0.22.0)."
+        ),
+    ] = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -944,6 +1114,12 @@ class CompletionChoice(BaseModel):
     text: str
     finish_reason: Annotated[Literal["stop", "length"] | None, Field(...)]
     logprobs: CompletionLogprobs | None = None
+    stop_reason: Annotated[
+        str | None,
+        Field(
+            description="vLLM's `stop_reason`: the stop sequence that ended the choice (`finish_reason` `stop`); absent when it ended otherwise (contract 0.22.0)."
+        ),
+    ] = None
 
 
 class Completion(BaseModel):
@@ -1088,6 +1264,33 @@ class Response(BaseModel):
     output: list[JsonObject]
     usage: ResponseUsage | None = None
     previous_response_id: str | None = None
+    millm_steering: str | None = None
+    millm_probe_verdicts: list[ProbeResult] | None = None
+
+
+class MessageParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    role: Literal["user", "assistant"]
+    content: str | list[MessageContentBlockParam]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(pattern="^msg_")]
+    type: Literal["message"]
+    role: Literal["assistant"]
+    content: list[MessageContentBlock]
+    model: str
+    stop_reason: Annotated[
+        Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None,
+        Field(...),
+    ]
+    stop_sequence: Annotated[str | None, Field(...)]
+    usage: MessageUsage
     millm_steering: str | None = None
     millm_probe_verdicts: list[ProbeResult] | None = None
 
@@ -1263,3 +1466,71 @@ class CompletionRequest(BaseModel):
     dimensions: int | None = None
     pooling: str | None = None
     normalize: bool | None = None
+
+
+class CreateMessageRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
+    ]
+    max_tokens: Annotated[
+        int,
+        Field(
+            description="The reply's token ceiling (required, as Anthropic requires it); above `n-predict`'s maximum it is clamped to it.",
+            ge=1,
+        ),
+    ]
+    messages: Annotated[list[MessageParam], Field(min_length=1)]
+    system: str | list[MessageContentBlockParam] | None = None
+    stop_sequences: list[str] | None = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_k: Annotated[int | None, Field(ge=0)] = None
+    tools: list[MessageTool] | None = None
+    tool_choice: MessageToolChoice | None = None
+    thinking: MessageThinking | None = None
+    output_config: MessageOutputConfig | None = None
+    metadata: Metadata | None = None
+    stream: bool | None = None
+    cache_control: CacheControl | None = None
+    service_tier: str | None = None
+    inference_geo: str | None = None
+    speed: str | None = None
+    diagnostics: dict[str, Any] | None = None
+    container: str | dict[str, Any] | None = None
+    mcp_servers: list[dict[str, Any]] | None = None
+    context_management: dict[str, Any] | None = None
+    seed: Annotated[int | None, Field(ge=0, le=4294967295)] = None
+    profile: str | None = None
+    steering_intensity: Annotated[
+        SteeringIntensity1 | Literal["off", "min", "max"] | None,
+        Field(description="A dial λ in 0–2, or `off`, `min`, `max`."),
+    ] = None
+    steering: InlineSteering | None = None
+    think: Annotated[
+        bool | None,
+        Field(
+            description="Thinking on or off for this request, as on chat (LOC-CHAT-29)."
+        ),
+    ] = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class CountMessageTokensRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: Annotated[
+        str, Field(description="A model id as `/v1/models` lists it.", min_length=1)
+    ]
+    messages: Annotated[list[MessageParam], Field(min_length=1)]
+    system: str | list[MessageContentBlockParam] | None = None
+    tools: list[MessageTool] | None = None
+    tool_choice: MessageToolChoice | None = None
+    thinking: MessageThinking | None = None
+    output_config: MessageOutputConfig | None = None
+    cache_control: CacheControl | None = None
+    think: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None

@@ -31,6 +31,7 @@ from .contract import document as contract_document
 from .errors import ApiError, internal_error
 from .events import EventBus, LogEvents
 from .http.aliases import RootAliases, root_paths
+from .http.anthropic import AnthropicConventions
 from .http.documents import add_document, document
 from .http.operations import decorated_once
 from .http.pages import Pages
@@ -53,6 +54,7 @@ from .planner.service import Planner
 from .probes.admin import ProbeAdmin
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
+from .serving.messages.service import MessagesService
 from .serving.responses.service import ResponsesService
 from .serving.scheduler import Scheduler
 from .serving.tokenizer.service import TokenizerService
@@ -86,6 +88,7 @@ class ServerState:
     scheduler: Scheduler
     completions: CompletionService
     responses: ResponsesService
+    messages: MessagesService
     steering: LiveSteering
     admin: SteeringAdmin
     circuits: CircuitAdmin
@@ -237,7 +240,7 @@ def _planner(
 
 
 # the routes whose requests may join a batch, counted on their way to it (serving/arrivals.py)
-GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
 
 # the routes whose requests wait for the slot
 QUEUED = frozenset(
@@ -245,6 +248,7 @@ QUEUED = frozenset(
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/responses",
+        "/v1/messages",
         "/v1/embeddings",
         "/api/decide",
         "/api/probes/score",
@@ -280,9 +284,14 @@ class Server:
         logging.getLogger("miserver").addHandler(self._log_events)
         self.state = self._services(registry, flags)
         self._app = RootAliases(
-            RequestIdMiddleware(
-                SecurityMiddleware(
-                    Pages(build_connexion()), self.policy, settings.json_max_depth, gate=self._gate
+            AnthropicConventions(
+                RequestIdMiddleware(
+                    SecurityMiddleware(
+                        Pages(build_connexion()),
+                        self.policy,
+                        settings.json_max_depth,
+                        gate=self._gate,
+                    )
                 )
             ),
             root_paths(contract_document("v1")),
@@ -331,6 +340,7 @@ class Server:
         )
         admin = SteeringAdmin(live, manager)
         catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
+        tokenizer = TokenizerService(settings, manager, scheduler, defaults=config.request_defaults)
         return ServerState(
             settings=settings,
             manager=manager,
@@ -350,9 +360,8 @@ class Server:
                 manager, scheduler, executor, enabled=lambda: bool(config.in_session("decide"))
             ),
             embeddings=EmbeddingService(settings, manager, scheduler, executor),
-            tokenizer=TokenizerService(
-                settings, manager, scheduler, defaults=config.request_defaults
-            ),
+            tokenizer=tokenizer,
+            messages=MessagesService(service, tokenizer, settings.ignored_fields_header_max_bytes),
             session=session,
             bus=bus,
             config=config,

@@ -93,3 +93,38 @@ class FieldNotHonoured(ApiError):
 def internal_error() -> ApiError:
     """The only body a server fault gets: no stack, no exception text."""
     return ApiError("internal_error", "The server failed to handle this request.")
+
+
+@cache
+def _anthropic() -> tuple[Mapping[int, int], Mapping[int, str]]:
+    """Anthropic's statuses and error types on the Messages routes, from
+    spec/policy/anthropic_errors.yaml."""
+    text = (resources.files("miserver.spec") / "policy" / "anthropic_errors.yaml").read_text(
+        "utf-8"
+    )
+    raw: dict[str, dict[int, Any]] = yaml.safe_load(text)
+    statuses = {int(k): int(v) for k, v in raw["statuses"].items()}
+    return statuses, {int(k): str(v) for k, v in raw["types"].items()}
+
+
+def anthropic_status(status: int) -> int:
+    """The status an error has on the Messages routes (a 503 is Anthropic's 529)."""
+    return _anthropic()[0].get(status, status)
+
+
+def anthropic_type(status: int) -> str:
+    """Anthropic's error type of a (Messages-route) status: a 4xx not listed is an invalid
+    request, a 5xx not listed the API's own error."""
+    listed = _anthropic()[1]
+    return listed.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
+def anthropic_error(error: Mapping[str, Any], status: int) -> dict[str, Any]:
+    """An OpenAI-format `error` object as Anthropic's, with its catalog `code` and
+    `param` kept (miserver's members, as on every route)."""
+    return {
+        "type": anthropic_type(anthropic_status(status)),
+        "message": error.get("message", ""),
+        "code": error.get("code"),
+        "param": error.get("param"),
+    }

@@ -70,6 +70,7 @@ CHAT = "miserver.serving.chat"
 COMPLETIONS = "miserver.serving.completions"
 TOKENIZER = "miserver.serving.tokenizer"
 RESPONSES = "miserver.serving.responses"
+MESSAGES = "miserver.serving.messages"
 LOCAL = "miserver.local"
 FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http")
 TESTS = "tests"
@@ -121,13 +122,19 @@ RULES = [
         ("miserver.serving",),
         (CHAT, COMPLETIONS, LOCAL),
         "the top of serving/ is shared by the folders under it and imports none of them",
-        exempt=(CHAT, COMPLETIONS, TOKENIZER, RESPONSES),
+        exempt=(CHAT, COMPLETIONS, TOKENIZER, RESPONSES, MESSAGES),
     ),
     Rule(
         "responses",
         (RESPONSES,),
         (LOCAL,),
         "serving/responses is a front end on the completion path, as a request is",
+    ),
+    Rule(
+        "messages",
+        (MESSAGES,),
+        (LOCAL,),
+        "serving/messages is a front end on the completion path, as a request is",
     ),
     Rule(
         "tokenizer",

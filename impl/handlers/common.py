@@ -14,13 +14,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ApiError
 from ..http.body import location, parsed
-from ..http.sse import frames
+from ..http.sse import frames, typed_frames
 from ..probes.trace import HEADER as TRACE_HEADER
 from ..probes.trace import trace_id
 from ..serving.admission import Admission, admit
 from ..serving.completions.requests import GenerationRequest
 from ..serving.completions.service import CompletionService
-from ..serving.results import Reply
+from ..serving.results import Reply, TypedStreamReply
 
 if TYPE_CHECKING:
     from ..app import ServerState
@@ -118,3 +118,15 @@ async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:
         return JSONResponse(result.body, headers=result.headers)
     headers = {**result.headers, "Cache-Control": "no-cache"}
     return StreamingResponse(frames(result.events), media_type="text/event-stream", headers=headers)
+
+
+def typed_response(result: Reply | TypedStreamReply | None) -> Response:
+    """A front end's reply (the Responses and Messages APIs): its JSON, or its typed SSE
+    events; the client gone, 499."""
+    if result is None:
+        return Response(status_code=CLIENT_CLOSED)
+    if isinstance(result, Reply):
+        return JSONResponse(result.body, headers=result.headers)
+    headers = {**result.headers, "Cache-Control": "no-cache"}
+    frames = typed_frames(result.events)
+    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)

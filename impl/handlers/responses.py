@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from ..errors import ApiError
 from ..generated import v1
-from ..http.sse import typed_frames
 from ..serving.responses.paging import page
-from ..serving.results import Reply
 from ..store.responses import ResponseNotFound, StoredResponse
-from .common import CLIENT_CLOSED, admitted, parse, request_body, state, unless_disconnected
+from .common import admitted, parse, request_body, state, typed_response, unless_disconnected
 
 
 async def create_response() -> Response:
@@ -23,14 +21,7 @@ async def create_response() -> Response:
     service = state().responses
     ask = await service.ask(req)
     admission = replace(admission, ignored=(*admission.ignored, *ask.unused))
-    result = await unless_disconnected(service.serve(ask, admission))
-    if result is None:
-        return Response(status_code=CLIENT_CLOSED)
-    if isinstance(result, Reply):
-        return JSONResponse(result.body, headers=result.headers)
-    headers = {**result.headers, "Cache-Control": "no-cache"}
-    frames = typed_frames(result.events)
-    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+    return typed_response(await unless_disconnected(service.serve(ask, admission)))
 
 
 def retrieve_response(response_id: str, include: list[str] | None = None) -> Response:

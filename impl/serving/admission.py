@@ -28,6 +28,7 @@ NEEDS = {  # endpoint -> the capability its model must have, and the refusal's w
     "completions": (Capability.GENERATE, "is an embedding model: use /v1/embeddings"),
     "embeddings": (Capability.EMBEDDINGS, "cannot embed"),
     "responses": (Capability.GENERATE, "is an embedding model: use /v1/embeddings"),
+    "messages": (Capability.GENERATE, "is an embedding model: use /v1/embeddings"),
 }
 
 

@@ -80,6 +80,7 @@ def _refuse(
         "completions": "on text completions",
         "embeddings": "on embeddings",
         "responses": "on responses",
+        "messages": "on messages",
     }[endpoint]
     if isinstance(rule, Mapping) and "refused" in rule:
         return FieldNotHonoured(location, f"{where}: {rule['refused']}")

@@ -15,6 +15,7 @@ REQUESTS = {
     "completions": "CompletionRequest",
     "embeddings": "EmbeddingRequest",
     "responses": "CreateResponseRequest",
+    "messages": "CreateMessageRequest",
 }
 
 

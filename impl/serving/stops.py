@@ -24,7 +24,7 @@ class StopMatcher:
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = tuple(dict.fromkeys(stop for stop in stops if stop))
         self._held = ""
-        self._stopped = False
+        self.matched: str | None = None  # the stop sequence that ended the text, once one has
 
     @property
     def watching(self) -> bool:
@@ -34,18 +34,18 @@ class StopMatcher:
     @property
     def stopped(self) -> bool:
         """Whether a stop sequence has matched."""
-        return self._stopped
+        return self.matched is not None
 
     def push(self, text: str) -> tuple[str, bool]:
         """Text safe to release now, and whether a stop sequence matched."""
-        if self._stopped:
+        if self.matched is not None:
             return "", True
         buffer = self._held + text
-        cut = first_stop(buffer, self._stops)
-        if cut is not None:
+        found = _first(buffer, self._stops)
+        if found is not None:
             self._held = ""
-            self._stopped = True
-            return buffer[:cut], True
+            self.matched = found[1]
+            return buffer[: found[0]], True
         keep = held_tail(buffer, self._stops)
         self._held = buffer[len(buffer) - keep :]
         return buffer[: len(buffer) - keep], False
@@ -69,10 +69,17 @@ def held_tail(text: str, markers: Sequence[str]) -> int:
 
 def first_stop(text: str, stops: Sequence[str]) -> int | None:
     """Where the first stop to complete in `text` starts, or None."""
-    best: tuple[int, int] | None = None
+    found = _first(text, stops)
+    return None if found is None else found[0]
+
+
+def _first(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """The first stop to complete in `text` (the longest of those completing together) and
+    where it starts, or None."""
+    best: tuple[int, int, str] | None = None
     for stop in stops:
         start = text.find(stop) if stop else -1
         if start >= 0:
-            candidate = (start + len(stop), start)
+            candidate = (start + len(stop), start, stop)
             best = candidate if best is None else min(best, candidate)
-    return None if best is None else best[1]
+    return None if best is None else (best[1], best[2])

@@ -336,7 +336,8 @@ def test_queue_backpressure(queue_server: LiveServer, openai_check: Check) -> No
 
     A long stream holds the slot; a second stream waits and receives
     `: waiting for a turn`; a third request, JSON or stream, gets `503
-    queue_full` with Retry-After (a stream before it starts). The waiter that
+    queue_full` with Retry-After (a stream before it starts; on /v1/messages Anthropic's `529
+    overloaded_error`, contract 0.22.0). The waiter that
     disconnects gives its place up; once the holder leaves, the next waiter
     gets its turn and finishes with `[DONE]`.
     """
@@ -367,6 +368,13 @@ def test_queue_backpressure(queue_server: LiveServer, openai_check: Check) -> No
         assert refused.headers["content-type"].startswith("application/json")
         assert refused.json()["error"]["code"] == "queue_full"
         assert "Retry-After" in refused.headers
+
+        said = {"model": MODEL_ID, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+        overloaded = httpx.post(f"{base_url}/messages", json=said)  # Anthropic's: issue 45
+        assert overloaded.status_code == 529, overloaded.text
+        error = overloaded.json()["error"]
+        assert (error["type"], error["code"]) == ("overloaded_error", "queue_full")
+        assert "Retry-After" in overloaded.headers
 
         waiting.close()  # gives its place up
         with httpx.Client(timeout=30.0) as next_client:

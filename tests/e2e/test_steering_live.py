@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -20,7 +21,7 @@ from openai import OpenAI
 
 from miserver.steering import steering_set_hash
 from miserver.steering.header import InlineMember, ManualMember, NoneMember, parse
-from tests import openai_reference
+from tests import anthropic_reference, openai_reference
 from tests.conftest import JSON, MODEL_ID, SAE_ID
 from tests.e2e.conftest import LiveServer, live_server
 from tests.openai_reference import Check
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.e2e
 
 HELLO: list[Any] = [{"role": "user", "content": "Tell me about your favourite place."}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
+GREEDY = {"temperature": 0}  # in the body: the anthropic SDK (2.17) sends no temperature
 LAYER = 12
 
 
@@ -60,6 +62,19 @@ def sdk(steer_server: LiveServer, openai_check: Check) -> Iterator[OpenAI]:
         max_retries=0,
         timeout=120,
         http_client=openai_reference.client(openai_check),
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def claude(steer_server: LiveServer) -> Iterator[anthropic.Anthropic]:
+    """The official `anthropic` SDK on the same server, every body and event checked."""
+    check = anthropic_reference.AnthropicCheck()
+    with anthropic.Anthropic(
+        base_url=steer_server.base_url.removesuffix("/v1"),
+        api_key="x",
+        max_retries=0,
+        http_client=anthropic_reference.client(check),
     ) as c:
         yield c
 
@@ -215,7 +230,7 @@ def test_activations_through_the_sdk(sdk: OpenAI) -> None:
 
 
 def test_probe_verdicts_through_the_sdk(
-    sdk: OpenAI, api: httpx.Client, trained_probe: Path
+    sdk: OpenAI, claude: anthropic.Anthropic, api: httpx.Client, trained_probe: Path
 ) -> None:
     """OAI-PROBE-01/02/05/08/15 through the official client: with the French probe armed,
     the raw reply carries X-miLLM-Probe-Verdicts and `millm_probe_verdicts` (in the trace
@@ -259,6 +274,18 @@ def test_probe_verdicts_through_the_sdk(
         assert final.type == "response.incomplete"  # six tokens: cut at max_output_tokens
         streamed = final.response.model_extra["millm_probe_verdicts"]
         assert [r["verdict"] for r in streamed] == [r["verdict"] for r in judged]
+        # issue 45 item 6: a Message carries them too, and so does a stream's message_delta
+        said: Any = {"model": MODEL_ID, "max_tokens": 6, "messages": messages}
+        message = claude.messages.with_raw_response.create(**said, extra_body=GREEDY)
+        verdicts = (message.parse().model_extra or {})["millm_probe_verdicts"]
+        assert '"french";window=last_user' in message.headers["X-miLLM-Probe-Verdicts"]
+        assert [r["verdict"] for r in verdicts] == [r["verdict"] for r in judged]
+        with claude.messages.stream(**said, extra_body=GREEDY) as stream:
+            ended = [e for e in stream if e.type == "message_delta"]
+        (delta,) = ended
+        assert [r["verdict"] for r in (delta.model_extra or {})["millm_probe_verdicts"]] == [
+            r["verdict"] for r in judged
+        ]
     finally:
         assert api.delete("/probes/french", headers=JSON).status_code == 200
     plain = sdk.chat.completions.with_raw_response.create(
@@ -268,7 +295,9 @@ def test_probe_verdicts_through_the_sdk(
     assert "millm_probe_verdicts" not in (plain.parse().model_extra or {})
 
 
-def test_a_locked_server_shows_the_sdk_one_model(sdk: OpenAI, api: httpx.Client) -> None:
+def test_a_locked_server_shows_the_sdk_one_model(
+    sdk: OpenAI, claude: anthropic.Anthropic, api: httpx.Client
+) -> None:
     """OAI-MODELS-05 through the official client: locked for steering, `models.list()` gives
     the one locked id, and a chat naming another model raises the SDK's ConflictError
     (409 model_locked) naming the lock; unlocked, every model is listed again."""
@@ -285,6 +314,11 @@ def test_a_locked_server_shows_the_sdk_one_model(sdk: OpenAI, api: httpx.Client)
         with pytest.raises(openai.ConflictError) as answered:  # issue 44 item 5
             sdk.responses.create(model=other, input="Hi", max_output_tokens=1)
         assert answered.value.code == "model_locked"
+        with pytest.raises(anthropic.ConflictError) as said:  # issue 45 item 6
+            claude.messages.create(model=other, max_tokens=1, messages=HELLO)
+        error: Any = said.value.body
+        assert error["error"]["code"] == "model_locked"
+        assert error["error"]["type"] == "invalid_request_error"
     finally:
         api.delete("/steering/lock", headers=JSON)
     assert sorted(m.id for m in sdk.models.list()) == before
@@ -312,3 +346,27 @@ def test_a_response_is_steered_through_extra_body_and_says_so(sdk: OpenAI) -> No
     final: Any = streamed[-1]
     assert final.response.model_extra["millm_steering"] == raw.headers["X-miLLM-Steering"]
     assert final.response.output_text == steered.output_text
+
+
+def test_a_message_is_steered_through_extra_body_and_says_so(claude: anthropic.Anthropic) -> None:
+    """Issue 45 item 6: `steering` in `extra_body` steers a Messages API reply on
+    transformers; the header says what steered (the inline member with its hash), and so
+    does the Message (`millm_steering`) and a stream's `message_delta`."""
+    steering = {"sae_id": SAE_ID, "features": [{"index": 3, "strength": 8.0}]}
+    question: Any = [{"role": "user", "content": "Name three colours of the rainbow."}]
+    said: dict[str, Any] = {"model": MODEL_ID, "max_tokens": 12, "messages": question}
+    plain = claude.messages.create(**said, extra_body=GREEDY)
+    raw = claude.messages.with_raw_response.create(
+        **said, extra_body={**GREEDY, "steering": steering}
+    )
+    steered = raw.parse()
+    (member,) = parse(raw.headers["X-miLLM-Steering"])
+    assert isinstance(member, InlineMember) and member.layer == LAYER
+    assert member.hash == steering_set_hash(SAE_ID, steering["features"])
+    assert steered.content[0].text != plain.content[0].text  # type: ignore[union-attr]
+    assert (steered.model_extra or {})["millm_steering"] == raw.headers["X-miLLM-Steering"]
+    with claude.messages.stream(**said, extra_body={**GREEDY, "steering": steering}) as stream:
+        deltas = [e for e in stream if e.type == "message_delta"]
+        final = stream.get_final_message()
+    assert (deltas[0].model_extra or {})["millm_steering"] == raw.headers["X-miLLM-Steering"]
+    assert final.content[0].text == steered.content[0].text  # type: ignore[union-attr]

@@ -222,7 +222,9 @@ def test_a_whole_choice_without_stops_detokenizes_at_its_end() -> None:
     events.clear()
     text = ChoiceText(_Engine(), stopped, threading.Event(), events.append)  # type: ignore[arg-type]
     ends = [text.push(Token(token_id=token_id, eos=False), 0.0) for token_id in (0, 1, 2)]
-    assert ends[:2] == [None, None] and ends[2] == ChoiceEnd("stop", 3)
+    assert ends[:2] == [None, None] and ends[2] == ChoiceEnd(
+        "stop", 3, stop="c"
+    )  # the sequence named
     assert events == [TextDelta("ab", generated=3)]
 
 

@@ -103,3 +103,23 @@ def test_inner_stop_completing_first_wins() -> None:
     assert run(["abcd", "bc"], ["abc", "d"]) == ("a", True)
     assert first_stop("xabc", ["bc", "abc"]) == 1
     assert first_stop("xyz", ["q"]) is None
+
+
+@given(TEXT, STOPS, st.lists(st.integers(min_value=0, max_value=40), max_size=12))
+def test_the_matcher_says_which_stop_ended_the_text(
+    text: str, stops: list[str], cuts: list[int]
+) -> None:
+    """Contract 0.22.0 (vLLM's `stop_reason`, Anthropic's `stop_sequence`): the stop that
+    completed first (the longest of those completing together), right after the cut."""
+    matcher = StopMatcher(stops)
+    released = ""
+    for chunk in split(text, cuts):
+        released += matcher.push(chunk)[0]
+        if matcher.stopped:
+            break
+    if matcher.matched is None:
+        assert not any(stop in text for stop in stops)
+        return
+    assert matcher.matched in stops
+    assert text[len(released) :].startswith(matcher.matched)
+    assert len(released) == len(expected(text, stops))

@@ -34,6 +34,8 @@ from .corpus import ROOT, Request, Send
 
 TIMEOUT_S = 60.0
 ERROR_KEYS = frozenset({"message", "type", "param", "code"})
+ANTHROPIC_KEYS = frozenset({"type", "error", "request_id"})
+ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 EVENT_STREAM = "text/event-stream"
 
 
@@ -53,6 +55,15 @@ def catalog() -> Mapping[str, tuple[int, str]]:
     """spec/policy/errors.yaml: code -> (status, type)."""
     raw = yaml.safe_load((ROOT / "spec" / "policy" / "errors.yaml").read_text(encoding="utf-8"))
     return {code: (int(v["status"]), str(v["type"])) for code, v in raw.items()}
+
+
+@cache
+def anthropic_errors() -> tuple[Mapping[int, int], Mapping[int, str]]:
+    """spec/policy/anthropic_errors.yaml: the Messages routes' statuses and error types."""
+    path = ROOT / "spec" / "policy" / "anthropic_errors.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    statuses = {int(k): int(v) for k, v in raw["statuses"].items()}
+    return statuses, {int(k): str(v) for k, v in raw["types"].items()}
 
 
 def greedy(http: httpx.Client, origin: str, model: str) -> str:
@@ -250,15 +261,41 @@ def _error_body(request: Request, outcome: Outcome) -> list[str]:
     except ValueError:
         return ["an error body that is not JSON"]
     error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict) or set(body) != {"error"} or set(error) != ERROR_KEYS:
+    if anthropic(request):
+        if not isinstance(error, dict) or set(body) != ANTHROPIC_KEYS or set(error) != ERROR_KEYS:
+            return [
+                "an error body not shaped {type, error: {type, message, code, param}, request_id}"
+            ]
+        found = _anthropic(error, outcome.status)
+    elif not isinstance(error, dict) or set(body) != {"error"} or set(error) != ERROR_KEYS:
         return ["an error body not shaped {error: {message, type, param, code}}"]
-    found = _catalogued(error, outcome.status)
+    else:
+        found = _catalogued(error, outcome.status)
     expect = request.case.expect
     if request.code is not None and error["code"] != request.code:
         found.append(f"code {error['code']!r}, expected {request.code!r}")
     if expect.param_pinned and error["param"] != expect.param:
         found.append(f"param {error['param']!r}, expected {expect.param!r}")
     return found
+
+
+def anthropic(request: Request) -> bool:
+    """Whether the request goes to a Messages route, which answers in Anthropic's shapes."""
+    return request.path.split("?")[0] in ANTHROPIC_PATHS
+
+
+def _anthropic(error: Mapping[str, Any], status: int | None) -> list[str]:
+    """An Anthropic-shaped error: its code catalogued, its status and type Anthropic's for
+    the catalogued status (a 503 is 529 `overloaded_error`)."""
+    entry = catalog().get(error["code"])
+    if entry is None:
+        return [f"code {error['code']!r} is not in spec/policy/errors.yaml"]
+    statuses, types = anthropic_errors()
+    expected = statuses.get(entry[0], entry[0])
+    kind = types.get(expected, "invalid_request_error" if expected < 500 else "api_error")
+    if (status, error["type"]) != (expected, kind):
+        return [f"{error['code']} should be ({expected}, {kind})"]
+    return []
 
 
 def _catalogued(error: Mapping[str, Any], status: int | None) -> list[str]:
@@ -276,8 +313,13 @@ def _catalogued(error: Mapping[str, Any], status: int | None) -> list[str]:
     return []
 
 
-TYPED_ENDINGS = (b"event: response.completed", b"event: response.incomplete")
-"""How a typed stream (the Responses API's, which has no [DONE]) ends when it did not fail."""
+TYPED_ENDINGS = (
+    b"event: response.completed",
+    b"event: response.incomplete",
+    b"event: message_stop",
+)
+"""How a typed stream (the Responses and Messages APIs', which have no [DONE]) ends when it
+did not fail."""
 
 
 def _stream(request: Request, body: bytes) -> list[str]:
@@ -298,7 +340,7 @@ def _stream(request: Request, body: bytes) -> list[str]:
             found.append(f"an error event with code {code!r} in the stream")
     typed = body.startswith(b"event: ")
     if request.method == "POST" and typed and not any(end in body for end in TYPED_ENDINGS):
-        found.append("a typed stream that does not end with response.completed or .incomplete")
+        found.append("a typed stream that does not end with its completing event")
     elif request.method == "POST" and not typed and b"data: [DONE]" not in body:
         found.append("a stream that does not end with [DONE]")
     return found

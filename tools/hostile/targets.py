@@ -156,6 +156,33 @@ _RESPONSE_STREAM: dict[str, Any] = {
     "store": False,
 }
 RESPONSE = "/v1/responses/resp_hostile"  # never stored
+_MESSAGE: dict[str, Any] = {
+    "model": MODEL,
+    "system": "Answer in one word.",
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Say hi."}]},
+        {"role": "assistant", "content": "Hi"},
+        {"role": "user", "content": "Again."},
+    ],
+    "max_tokens": 1,
+    "temperature": 0,
+    "top_p": 1.0,
+    "top_k": 5,
+    "stop_sequences": ["END"],
+    "metadata": {"user_id": "hostile"},
+}
+_MESSAGE_STREAM: dict[str, Any] = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Say hi."}],
+    "max_tokens": 1,
+    "temperature": 0,
+    "stream": True,
+}
+_MESSAGE_COUNT: dict[str, Any] = {
+    "model": MODEL,
+    "system": [{"type": "text", "text": "Answer in one word."}],
+    "messages": [{"role": "user", "content": "Say hi."}],
+}
 
 # name: (method, path, base body or None)
 TARGETS: dict[str, tuple[str, str, Any]] = {
@@ -167,6 +194,9 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "responses-stream": ("POST", "/v1/responses", _RESPONSE_STREAM),
     "response-cancel": ("POST", f"{RESPONSE}/cancel", None),
     "response-delete": ("DELETE", RESPONSE, None),
+    "messages": ("POST", "/v1/messages", _MESSAGE),
+    "messages-stream": ("POST", "/v1/messages", _MESSAGE_STREAM),
+    "messages-count": ("POST", "/v1/messages/count_tokens", _MESSAGE_COUNT),
     "completions": ("POST", "/v1/completions", _COMPLETION),
     "completions-ids": (
         "POST",

@@ -9,7 +9,7 @@ them once in the UI and every client without an opinion follows:
     request field            config parameter    table default
     temperature              temp                1.0 (OpenAI's)
     top_p                    top-p               1.0 (off)
-    (none in OpenAI's API)   top-k               0 (off)
+    top_k (Messages only)    top-k               0 (off)
     seed                     seed                4294967295: none, random per run
     max_tokens, absent/0     n-predict           512, cut to what the window leaves
     think (LOC-CHAT-32)      think               false
@@ -42,8 +42,11 @@ class RequestDefaults:
 
     def apply(self, req: GenerationRequest, *, seeds: bool) -> GenerationRequest:
         """`req` with the defaults for the sampling fields it left out (None); `seeds`:
-        whether the engine honours a seed. After it, `temperature` and `top_p` are set."""
-        changes: dict[str, Any] = {"top_k": self.top_k}
+        whether the engine honours a seed. After it, `temperature`, `top_p` and `top_k` are
+        set."""
+        changes: dict[str, Any] = {}
+        if req.top_k is None:
+            changes["top_k"] = self.top_k
         if req.temperature is None:
             changes["temperature"] = self.temperature
         if req.top_p is None:

@@ -58,6 +58,7 @@ class ChoiceEnd:
     completion_tokens: int
     cached_tokens: int = 0
     captured: Captured | None = None
+    stop: str | None = None  # the stop sequence that ended the choice (vLLM's `stop_reason`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,8 @@ class ChoiceText:
                 TextDelta("".join(self._held), self._taken(), False, self.count, self.cached)
             )
             self._held.clear()
-        return ChoiceEnd(reason, self.count, self.cached)
+        stop = self._stopper.matched if reason == "stop" else None
+        return ChoiceEnd(reason, self.count, self.cached, stop=stop)
 
     def prefilled(self, prefilled: Prefilled) -> None:
         """The prompt ran: what the cache held, and with echo the prompt's text (its tokens

@@ -85,10 +85,12 @@ class Prepared:
             return self.output.constraint
         return None if self.tools is None else self.tools.constraint
 
-    def choice(self, index: int, read: Collected, finish_reason: str) -> dict[str, Any]:
+    def choice(
+        self, index: int, read: Collected, finish_reason: str, stop: str | None = None
+    ) -> dict[str, Any]:
         """One finished choice: validated when constrained, its reasoning split off and its
         calls parsed, its reported tokens shaped (choices run prompt by prompt, `n` each);
-        with echo, the prompt's text first."""
+        with echo, the prompt's text first; `stop`, the stop sequence that ended it."""
         endpoint, text = self.request.endpoint, read.text
         if self.output is not None:
             finish_reason = self.output.finish(text, finish_reason)
@@ -110,7 +112,7 @@ class Prepared:
         )
         if spans is not None:  # LOC-CHAT-68
             out["message"]["reasoning_content"] = answer.reasoning
-        return out
+        return shapes.with_stop(out, stop)
 
     def shaper(self, i: int) -> Shaper:
         """Prompt i's reported tokens' shapes (logprobs.py); a completion's offsets start at
@@ -425,8 +427,10 @@ def job(
     """Prompt i's generation: its ids, budget, sampling, constraint and hooks; the ticket's
     halt (a model switch) and cancel (`POST /api/cancel`) stop it."""
     r = prepared.request
-    temperature, top_p = r.temperature, r.top_p
-    assert temperature is not None and top_p is not None, "RequestDefaults.apply comes first"
+    temperature, top_p, top_k = r.temperature, r.top_p, r.top_k
+    assert temperature is not None and top_p is not None and top_k is not None, (
+        "RequestDefaults.apply comes first"
+    )
     params = SamplingParams(
         max_tokens=prepared.budgets[i],
         temperature=temperature,
@@ -434,7 +438,7 @@ def job(
         frequency_penalty=r.frequency_penalty,
         presence_penalty=r.presence_penalty,
         constraint=prepared.constraint,
-        top_k=r.top_k,
+        top_k=top_k,
         logit_bias=bias(r, prepared.engine.facts),
         logprobs=r.logprobs,
         prompt_logprobs=r.logprobs if r.echo else None,

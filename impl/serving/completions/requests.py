@@ -36,6 +36,7 @@ from ..chat.thinking import KEY as THINKING_KEY
 from ..chat.thinking import ThinkAsk
 from ..chat.tools import ToolAsk, tool_ask
 from ..prompts import Prompt, TextPrompt, TokenPrompt, entries, value_of
+from ..renames import Renames
 from .activations import ActivationsAsk
 from .scoring import ScoringAsk, logprobs_asked, scoring_ask
 
@@ -62,7 +63,7 @@ class GenerationRequest:
     seed: int | None
     steering: SteeringAsk = field(default_factory=SteeringAsk)
     scoring: ScoringAsk | None = None
-    top_k: int = 0  # the config's `top-k` (no request field sets it): 0 is off
+    top_k: int | None = None  # None: the config's `top-k` (Messages' `top_k` sets it); 0 is off
     tools: ToolAsk | None = None
     output: OutputFormat | None = None  # a constrained `response_format` (not `text`)
     think: ThinkAsk = field(default_factory=ThinkAsk)
@@ -76,6 +77,7 @@ class GenerationRequest:
     ignore_eos: bool = False  # every end-of-generation id banned (`Prepared`'s bias)
     activations: ActivationsAsk | None = None  # `return_sae_activations` (OAI-ACT)
     truncate: bool = False  # oldest turns dropped past the window (Responses' `truncation`)
+    names: Renames = ()  # a front end's names for the chat fields a report names
     sent: frozenset[str] = frozenset()  # the declared fields sent with a value (not null)
 
     @property
@@ -102,9 +104,11 @@ def _stops(raw: Any) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
-def steering_ask(req: Request | v1.CreateResponseRequest) -> SteeringAsk:
+def steering_ask(
+    req: Request | v1.CreateResponseRequest | v1.CreateMessageRequest,
+) -> SteeringAsk:
     """The request's `profile`, `steering_intensity` and inline `steering` (OAI-PROF/DIAL/INL);
-    the Responses API's too (serving/responses/request.py)."""
+    the Responses and Messages APIs' too (serving/responses, serving/messages)."""
     inline = None
     if req.steering is not None:
         features = tuple((f.index, f.strength) for f in req.steering.features)

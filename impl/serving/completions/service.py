@@ -30,6 +30,7 @@ from ...steering.source import RequestSource
 from ..admission import Admission
 from ..arrivals import Arrivals
 from ..chat.tools import format_header
+from ..renames import renamed
 from ..results import Comment, Encoded, Reply, StreamReply
 from ..scheduler import Lease, Scheduler, Ticket, claim, holding
 from ..telemetry import Meter
@@ -83,7 +84,8 @@ class CompletionService:
         then the config's defaults, then the scoring, JSON or streamed path."""
         defaults = self._defaults()  # the config read once: a queued request keeps what it saw
         unused, thinking = refusals(req, admission, defaults)
-        headers = admission.headers(unused, self._settings.ignored_fields_header_max_bytes)
+        reported = [renamed(u, req.names) for u in unused]  # a front end's names
+        headers = admission.headers(reported, self._settings.ignored_fields_header_max_bytes)
         attached = self._live.attachments(admission.entry.model_id) if req.activations else []
         reading = reading_of(req, attached, max_top_k=self._settings.sae_activations_max_top_k)
         if req.scoring is not None:
@@ -209,7 +211,7 @@ class CompletionService:
             for k in range(r.n):
                 work = self._job(accepted, prepared, i, len(choices), rng, source, ticket)
                 whole, end = await collect(self._choices.events(prepared.engine, work, ticket))
-                choices.append(prepared.choice(len(choices), whole, end.finish_reason))
+                choices.append(prepared.choice(len(choices), whole, end.finish_reason, end.stop))
                 tally.add(end, first_of_prompt=k == 0)
                 if accepted.probes is not None:
                     accepted.probes.ended(prepared, end, request_id)

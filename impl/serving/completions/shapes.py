@@ -168,6 +168,14 @@ def choice(
     }
 
 
+def with_stop(choice: dict[str, Any], stop: str | None) -> dict[str, Any]:
+    """`choice` with vLLM's `stop_reason` when a stop sequence ended it (the sequence; the
+    member is absent otherwise): the Messages API's `stop_sequence` reads it."""
+    if stop is not None and choice["finish_reason"] == "stop":
+        choice["stop_reason"] = stop
+    return choice
+
+
 def delta(
     endpoint: str,
     index: int,

@@ -110,9 +110,8 @@ class _Choice:
         ]
         reason = "tool_calls" if called else reason
         lp = None if self.reports is None else self.reports.taken()
-        items.append(
-            Finished(shapes.delta(self.endpoint, self.i, None, reason, logprobs=lp), event)
-        )
+        finish = shapes.delta(self.endpoint, self.i, None, reason, logprobs=lp)
+        items.append(Finished(shapes.with_stop(finish, event.stop), event))
         return items
 
 

@@ -22,11 +22,12 @@ from ..chat.tools import tool_ask
 from ..completions.defaults import RequestDefaults
 from ..completions.requests import GenerationRequest, steering_ask
 from ..prompts import value_of
+from ..renames import Renames, matched
 from . import items as items_mod
 
 LOGPROBS = "message.output_text.logprobs"  # the `include` value that reports logprobs
 
-RENAMED: Sequence[tuple[str, str]] = (
+RENAMED: Renames = (
     ("response_format.json_schema.schema", "text.format.schema"),
     ("response_format.json_schema", "text.format"),
     ("response_format", "text.format"),
@@ -214,15 +215,14 @@ def _echo(req: v1.CreateResponseRequest, text_format: Any, effort: str | None) -
 
 
 def renamed(exc: ApiError) -> ApiError:
-    """`exc` naming the Responses field its chat field came from (`RENAMED`)."""
-    if exc.param is None:
+    """`exc` naming the Responses field its chat field came from (`RENAMED`); a message's
+    refusal names `input` (its chat index is not the input item's)."""
+    found = None if exc.param is None else matched(exc.param, RENAMED)
+    if exc.param is None or found is None:
         return exc
-    for chat, ours in RENAMED:
-        if exc.param == chat or exc.param.startswith((chat + ".", chat + "[")):
-            param = "input" if chat == "messages" else ours + exc.param[len(chat) :]
-            exc.message = exc.message.replace(chat, ours)
-            exc.param = param
-            break
+    chat, ours = found
+    exc.message = exc.message.replace(chat, ours)
+    exc.param = "input" if chat == "messages" else ours + exc.param[len(chat) :]
     return exc
 
 

@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing
 from functools import partial
 from typing import Any
 
 from ... import headers as hdr
-from ...errors import ApiError, internal_error
+from ...errors import ApiError
 from ...generated import v1
 from ...models.manager import ModelManager
 from ...models.registry import ModelEntry
 from ...store.responses import ResponseNotFound, ResponseStore, StoredResponse
 from ..admission import Admission
 from ..completions.service import CompletionService
+from ..relay import Sent, relayed
 from ..results import Comment, Encoded, Reply, StreamReply, TypedStreamReply
 from .request import ResponseAsk, renamed, response_ask, sampled
 from .shapes import Events, Response, from_chat, new_response_id
 
 log = logging.getLogger(__name__)
-
-Sent = list[dict[str, Any]] | Comment  # the events one chat chunk made, or a comment
 
 
 class ResponsesService:
@@ -87,21 +86,13 @@ class ResponsesService:
     ) -> AsyncGenerator[Sent, None]:
         """The typed events, those one chat chunk makes together in one list (one write)."""
         yield list(events.started())
-        try:
-            async with aclosing(chunks) as source:
-                async for chunk in source:
-                    if isinstance(chunk, Comment):
-                        yield chunk
-                        continue
-                    made = list(events.chunk(chunk))
-                    if made:
-                        yield made
-        except ApiError as exc:
-            log.warning("response stream ended by %s: %s", exc.code, exc.message)
-            yield list(events.failed(renamed(exc)))
-        except Exception:
-            log.exception("response stream failed")
-            yield list(events.failed(internal_error()))
+
+        def failed(exc: ApiError) -> Iterator[dict[str, Any]]:
+            return events.failed(renamed(exc))
+
+        async with aclosing(relayed(chunks, events.chunk, failed, "response")) as relay:
+            async for sent in relay:  # closed with this stream: a client that leaves frees it
+                yield sent
         await self._keep(ask, events.final())
 
     async def _keep(self, ask: ResponseAsk, body: dict[str, Any]) -> None:

@@ -22,12 +22,13 @@ from ...models.manager import ModelManager
 from ...models.registry import ModelEntry
 from ...settings import Settings
 from ..completions.defaults import RequestDefaults
+from ..completions.requests import GenerationRequest
 from ..policy import undeclared
 from ..prompts import check_ids
 from ..request_schemas import v1_schema
 from ..results import Reply
 from ..scheduler import Scheduler, holding
-from .asks import read, unused_headers
+from .asks import TokenizeAsk, read, unused_headers
 from .info import described
 
 
@@ -67,6 +68,13 @@ class TokenizerService:
             window = engine.facts.context_length
         body = {"count": len(ids), "max_model_len": window, "tokens": ids, "token_strs": strs}
         return Reply(body, ask.headers)
+
+    async def count(self, entry: ModelEntry, chat: GenerationRequest) -> int:
+        """How many tokens `chat`'s one prompt is, its tools shown, as a completion renders it
+        (POST /v1/messages/count_tokens); `entry` loaded first when it is not."""
+        ask = TokenizeAsk(text=None, chat=chat, token_strs=False, headers={})
+        async with self._engine(entry) as engine:
+            return len(await self._manager.with_tokenizer(partial(ask.ids, engine)))
 
     async def detokenize(
         self, req: v1.DetokenizeRequest, body: Mapping[str, Any], request_headers: Mapping[str, str]

@@ -1,0 +1,1 @@
+"""Anthropic's Messages API on the chat path (contract 0.22.0)."""
