@@ -822,24 +822,19 @@ class MessageThinking(BaseModel):
     display: str | None = None
 
 
-class Format(BaseModel):
+class MessageOutputFormat(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
     type: Literal["json_schema"]
-    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    schema_: Annotated[JsonObject | None, Field(alias="schema")] = None
 
 
 class MessageOutputConfig(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    format: Annotated[
-        Format | None,
-        Field(
-            description='`{"type": "json_schema", "schema": {...}}`: the reply held to the schema by the grammar, as chat\'s `response_format` json_schema.'
-        ),
-    ] = None
+    format: MessageOutputFormat | None = None
     effort: Annotated[
         str | None,
         Field(

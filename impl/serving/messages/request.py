@@ -179,7 +179,7 @@ def _response_format(
         return None
     spec: dict[str, Any] = {"name": "output", "strict": True}
     if config.format.schema_ is not None:
-        spec["schema"] = config.format.schema_
+        spec["schema"] = config.format.schema_.model_dump(mode="json", by_alias=True)
     return {"type": "json_schema", "json_schema": spec}
 
 
