@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,7 +20,7 @@ from ..probes.trace import trace_id
 from ..serving.admission import Admission, admit
 from ..serving.completions.requests import GenerationRequest
 from ..serving.completions.service import CompletionService
-from ..serving.results import Reply, TypedStreamReply
+from ..serving.results import Reply, StreamReply, TypedStreamReply
 
 if TYPE_CHECKING:
     from ..app import ServerState
@@ -31,6 +31,7 @@ CLIENT_CLOSED = 499  # nobody reads it: the client is gone
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")  # what a request's work answers (a reply, or a stream of one kind)
+S = TypeVar("S", StreamReply, TypedStreamReply)  # a stream reply of one kind
 
 
 def parse(model: type[M], body: Mapping[str, Any], code: str = "invalid_parameter") -> M:
@@ -112,21 +113,20 @@ async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:
     """A completion's JSON reply, or its SSE stream; errors propagate to the error handlers."""
     admission = admitted(req.endpoint, req.model_id, body)
     result = await unless_disconnected(service().serve(req, admission))
-    if result is None:
-        return Response(status_code=CLIENT_CLOSED)
-    if isinstance(result, Reply):
-        return JSONResponse(result.body, headers=result.headers)
-    headers = {**result.headers, "Cache-Control": "no-cache"}
-    return StreamingResponse(frames(result.events), media_type="text/event-stream", headers=headers)
+    return _answer(result, lambda stream: frames(stream.events))
 
 
 def typed_response(result: Reply | TypedStreamReply | None) -> Response:
     """A front end's reply (the Responses and Messages APIs): its JSON, or its typed SSE
     events; the client gone, 499."""
+    return _answer(result, lambda stream: typed_frames(stream.events))
+
+
+def _answer(result: Reply | S | None, encode: Callable[[S], AsyncIterator[bytes]]) -> Response:
+    """The JSON of a reply, or a stream's events as SSE (`encode`); the client gone, 499."""
     if result is None:
         return Response(status_code=CLIENT_CLOSED)
     if isinstance(result, Reply):
         return JSONResponse(result.body, headers=result.headers)
     headers = {**result.headers, "Cache-Control": "no-cache"}
-    frames = typed_frames(result.events)
-    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+    return StreamingResponse(encode(result), media_type="text/event-stream", headers=headers)

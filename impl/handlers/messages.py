@@ -6,31 +6,33 @@ Anthropic's conventions on these routes (its error shape and statuses, `x-api-ke
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from starlette.responses import JSONResponse, Response
 
 from ..generated import v1
-from ..serving.messages.request import message_ask
+from ..serving.admission import Admission
+from ..serving.messages.request import MessagesAsk, message_ask
 from .common import admitted, parse, request_body, state, typed_response, unless_disconnected
 
 
 async def create_message() -> Response:
     """POST /v1/messages."""
-    body = request_body()
-    req = parse(v1.CreateMessageRequest, body)
-    admission = admitted("messages", req.model, body)
-    ask = message_ask(req)
-    admission = replace(admission, ignored=(*admission.ignored, *ask.unused))
+    ask, admission = _admitted(v1.CreateMessageRequest)
     return typed_response(await unless_disconnected(state().messages.serve(ask, admission)))
 
 
 async def count_message_tokens() -> Response:
     """POST /v1/messages/count_tokens."""
-    body = request_body()
-    req = parse(v1.CountMessageTokensRequest, body)
-    admission = admitted("messages", req.model, body)
-    ask = message_ask(req)
-    admission = replace(admission, ignored=(*admission.ignored, *ask.unused))
+    ask, admission = _admitted(v1.CountMessageTokensRequest)
     reply = await state().messages.count(ask, admission)
     return JSONResponse(reply.body, headers=reply.headers)
+
+
+def _admitted(
+    model: type[v1.CreateMessageRequest] | type[v1.CountMessageTokensRequest],
+) -> tuple[MessagesAsk, Admission]:
+    """The body read as `model`, let in to the Messages endpoint, and the chat it runs as."""
+    body = request_body()
+    req = parse(model, body)
+    admission = admitted("messages", req.model, body)
+    ask = message_ask(req)
+    return ask, admission.reporting(ask.unused)

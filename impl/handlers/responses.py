@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from starlette.responses import JSONResponse, Response
 
 from ..errors import ApiError
@@ -20,7 +18,7 @@ async def create_response() -> Response:
     admission = admitted("responses", req.model, body)
     service = state().responses
     ask = await service.ask(req)
-    admission = replace(admission, ignored=(*admission.ignored, *ask.unused))
+    admission = admission.reporting(ask.unused)
     return typed_response(await unless_disconnected(service.serve(ask, admission)))
 
 

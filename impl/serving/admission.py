@@ -14,7 +14,7 @@ in strict mode).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import headers as hdr
 from ..engines.base import Capability
@@ -46,6 +46,11 @@ class Admission:
     def honours(self, name: str) -> bool:
         """Whether this endpoint uses the field `name` on this model."""
         return honours(self.endpoint, name, self.entry.engine, self.capabilities)
+
+    def reporting(self, unused: Sequence[str]) -> Admission:
+        """This admission with more fields to report unused: nested members a front end
+        found changing nothing, which the field matrix does not see."""
+        return replace(self, ignored=(*self.ignored, *unused))
 
     def headers(self, unused: Sequence[str], max_bytes: int) -> dict[str, str]:
         """`X-miLLM-Model` and the report of every unused field, the matrix's and `unused`;

@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 Chunk = dict[str, Any] | Encoded
 Sent = list[dict[str, Any]] | Comment  # the events one chat chunk made, or a comment
+EXTRAS = ("millm_probe_verdicts", "millm")
+"""miserver's members a chat reply carries beside its choices (a stream, on its `choices: []`
+chunks before the last): a front end's reply keeps them."""
 
 
 async def relayed(

@@ -48,7 +48,7 @@ from . import shapes
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob, Collected
 from .logprobs import Shaper, joined
-from .requests import GenerationRequest
+from .requests import GenerationRequest, with_thinking
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,16 @@ def without_unused(req: GenerationRequest, ignored: Sequence[str]) -> Generation
         for row, p in enumerate(req.prompts)
     )
     return replace(req, prompts=prompts)
+
+
+def as_rendered(
+    req: GenerationRequest, unused: Sequence[str], thinking: bool | None
+) -> GenerationRequest:
+    """`req` as its prompts are rendered: the fields reported unused left out
+    (`without_unused`), and the thinking `refusals` settled passed to the template (None:
+    the template is not asked)."""
+    used = without_unused(req, unused)
+    return used if thinking is None else with_thinking(used, thinking)
 
 
 def _without(prompt: ChatPrompt, row: int, unused: set[str]) -> ChatPrompt:

@@ -39,11 +39,11 @@ from .accepted import Accepted
 from .batching import Choices
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd, ChoiceJob, collect
-from .prepared import Prepared, Tally, job, prepare, without_unused
+from .prepared import Prepared, Tally, as_rendered, job, prepare
 from .probe_run import probe_run
 from .reading import reading_of
 from .refusals import echoes, refusals
-from .requests import GenerationRequest, with_thinking
+from .requests import GenerationRequest
 from .scoring_service import ScoringService
 from .streamed import Finished, choice_chunks
 
@@ -103,9 +103,8 @@ class CompletionService:
         self._manager.refuse_if_busy()
         req = defaults.apply(req, seeds=Capability.SEED in admission.capabilities)
         headers.update(echoes(req))  # the seed (the config's too), the constraint
-        used = without_unused(req, [*admission.ignored, *unused])  # an unused field does nothing
-        accepted = Accepted(
-            request=used if thinking is None else with_thinking(used, thinking),
+        accepted = Accepted(  # an unused field does nothing
+            request=as_rendered(req, [*admission.ignored, *unused], thinking),
             entry=admission.entry,
             defaults=defaults,
             reading=reading,

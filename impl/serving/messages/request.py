@@ -112,7 +112,7 @@ def message_ask(
 def _unused(req: v1.CreateMessageRequest | v1.CountMessageTokensRequest) -> list[str]:
     """Nested members the field matrix does not see that change nothing here: a thinking
     budget (no budget is enforced: the reply's `max_tokens` bounds the thinking with the
-    answer) and its `display`; `metadata.user_id`."""
+    answer) and its `display`. (`metadata` the matrix reports whole.)"""
     found = []
     if req.thinking is not None and req.thinking.budget_tokens is not None:
         found.append("thinking.budget_tokens")

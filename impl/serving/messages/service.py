@@ -15,9 +15,8 @@ from typing import Any
 from ... import headers as hdr
 from ...errors import ApiError
 from ..admission import Admission
-from ..completions.prepared import without_unused
+from ..completions.prepared import as_rendered
 from ..completions.refusals import refusals
-from ..completions.requests import with_thinking
 from ..completions.service import CompletionService
 from ..relay import Sent, relayed
 from ..renames import renamed
@@ -53,9 +52,7 @@ class MessagesService:
         defaults = self._completions.defaults()
         try:
             unused, thinking = refusals(ask.chat, admission, defaults)
-            chat = without_unused(ask.chat, [*admission.ignored, *unused])
-            if thinking is not None:
-                chat = with_thinking(chat, thinking)
+            chat = as_rendered(ask.chat, [*admission.ignored, *unused], thinking)
             count = await self._tokenizer.count(admission.entry, chat)
         except ApiError as exc:
             raise ask.renamed(exc) from None

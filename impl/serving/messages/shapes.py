@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ApiError, anthropic_error
+from ..relay import EXTRAS
 from ..results import Encoded
 from .request import stop_reason
-
-EXTRAS = ("millm_steering", "millm_probe_verdicts", "millm")  # miserver's members, kept
 
 
 def new_message_id() -> str:
@@ -105,7 +104,7 @@ def from_chat(message: Message, chat: Mapping[str, Any], steering: str) -> dict[
     message.stop, message.sequence = choice["finish_reason"], choice.get("stop_reason")
     message.usage = usage(chat.get("usage"))
     message.extras["millm_steering"] = steering
-    for key in EXTRAS[1:]:
+    for key in EXTRAS:
         if key in chat:
             message.extras[key] = chat[key]
     return message.body(blocks(choice["message"]))
@@ -175,7 +174,7 @@ class Events:
     def _trailer(self, chunk: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """A `choices: []` chunk: the verdicts, the activations, or the last (usage and
         steering), which ends the stream."""
-        for key in EXTRAS[1:]:
+        for key in EXTRAS:
             if key in chunk:
                 self.message.extras[key] = chunk[key]
         if "millm_steering" not in chunk:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ApiError
+from ..relay import EXTRAS
 from ..results import Encoded
 from . import items
 
@@ -168,7 +169,7 @@ def from_chat(response: Response, chat: Mapping[str, Any], count: Counter) -> di
     response.ended(choice["finish_reason"])
     reasoning = choice["message"].get("reasoning_content") or ""
     response.usage = usage(chat["usage"], count(reasoning) if reasoning else 0)
-    for key in ("millm_probe_verdicts", "millm"):
+    for key in EXTRAS:
         if key in chat:
             response.extras[key] = chat[key]
     return response.body(
@@ -297,7 +298,7 @@ class Events:
     def _trailer(self, chunk: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """A `choices: []` chunk: the verdicts, the activations, or the last (usage and
         steering), which ends the stream."""
-        for key in ("millm_probe_verdicts", "millm"):
+        for key in EXTRAS:
             if key in chunk:
                 self.response.extras[key] = chunk[key]
         if "millm_steering" not in chunk:

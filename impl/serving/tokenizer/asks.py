@@ -4,7 +4,7 @@
 `messages` is made into the chat completion it would be and taken through
 that path's own steps: `/v1/chat/completions`' field matrix (what the engine
 ignores or refuses, serving/admission.py), its refusals and thinking
-(`refusals`), its unused fields left out (`without_unused`); the engine
+(`refusals`), its unused fields left out (`as_rendered`); the engine
 renders it with `prompt_ids`, its tools shown, as `prepare` does.
 
 vLLM's `add_generation_prompt` and `continue_final_message` are served where
@@ -29,9 +29,9 @@ from ...models.registry import ModelEntry
 from ..admission import admit
 from ..chat.tools import tool_plan
 from ..completions.defaults import RequestDefaults
-from ..completions.prepared import prompt_ids, without_unused
+from ..completions.prepared import as_rendered, prompt_ids
 from ..completions.refusals import refusals
-from ..completions.requests import GenerationRequest, chat_request, with_thinking
+from ..completions.requests import GenerationRequest, chat_request
 from ..policy import report_unused, undeclared
 from ..prompts import TextPrompt
 from ..request_schemas import v1_schema
@@ -103,9 +103,7 @@ def read(
     admission = admit(manager, "chat", entry.model_id, chat_body, request_headers=request_headers)
     chat = chat_request(v1.ChatCompletionRequest.model_validate(chat_body))
     unused, thinking = refusals(chat, admission, defaults)
-    chat = without_unused(chat, [*admission.ignored, *unused])
-    if thinking is not None:
-        chat = with_thinking(chat, thinking)
+    chat = as_rendered(chat, [*admission.ignored, *unused], thinking)
     mine = [name for name in stray if name not in admission.ignored]
     headers = admission.headers([*unused, *mine], max_bytes)
     return TokenizeAsk(text=None, chat=chat, token_strs=strs, headers=headers)
