@@ -9,6 +9,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from miserver.engines.base import ChatPrompt
+from miserver.errors import InvalidParameter
 from miserver.serving.chat import generic
 from miserver.serving.chat.call_formats import ParsedReply, ToolCall
 from miserver.serving.chat.generic import GENERIC, DocumentBuffer, content_so_far
@@ -391,3 +392,40 @@ def test_stream_rest_of_a_cut_content_document() -> None:
     assert pushed(buffer, ['{"content": "a\\']) == ["a"]
     assert buffer.rest() == ""
     assert content_so_far('{"content": "a\\"') == 'a"'
+
+
+# -- a partial answer (OAI-CONT-01)
+
+
+PARTIAL_TEXT = {"role": "assistant", "content": "Maximum steps reached. Respond with text only."}
+
+
+@pytest.mark.parametrize(
+    ("partial", "plain"),
+    [
+        (PARTIAL_TEXT, True),
+        ({"role": "assistant", "content": [{"type": "text", "text": " So far: "}]}, True),
+        ({"role": "assistant", "content": ' {"content": "It is'}, False),  # a document begun
+        ({"role": "assistant", "content": ""}, False),
+        ({"role": "user", "content": "Weather in Paris?"}, False),  # no partial at all
+    ],
+    ids=["text", "text-parts", "document", "empty", "none"],
+)
+def test_a_partial_begun_as_text_goes_on_as_text(partial: dict[str, Any], plain: bool) -> None:
+    """OAI-CONT-01, OAI-CONT-04, OAI-TOOLS-13 (generic): a generic reply is one document from
+    the start of the turn, so a partial answer begun as text is continued as a plain chat
+    (no tools shown, no document constraint); one begun as a document keeps its plan."""
+    chat = ChatPrompt(({"role": "user", "content": "Weather in Paris?"}, partial))
+    plan = tool_plan(tool_ask([WEATHER]), PLAIN_TEMPLATE, chat)
+    assert (plan is None) is plain
+    if plain:
+        assert shown(plan, chat, PLAIN_TEMPLATE, honoured=True) == chat
+
+
+def test_a_forced_call_after_a_text_partial_is_refused() -> None:
+    """OAI-CONT-01, OAI-TOOLS-14 (generic): a forced call cannot follow text in one document:
+    400 naming tool_choice."""
+    chat = ChatPrompt(({"role": "user", "content": "Weather in Paris?"}, PARTIAL_TEXT))
+    with pytest.raises(InvalidParameter) as caught:
+        tool_plan(tool_ask([WEATHER], tool_choice="required"), None, chat)
+    assert caught.value.param == "tool_choice"

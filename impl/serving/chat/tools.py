@@ -24,7 +24,9 @@ from typing import Any
 
 from ... import headers as hdr
 from ...engines.base import ChatPrompt, Constraint
+from ...engines.chatmessages import content_text
 from ...errors import FieldNotHonoured, InvalidParameter
+from ..prompts import Prompt
 from . import generic, schema_subset
 from .call_formats import CallFormat, ParsedReply, ToolCall, format_of, takes_tools
 from .generic import GENERIC, DocumentBuffer, GenericFormat
@@ -137,15 +139,31 @@ class ToolPlan:
         return replace(self, constraint=None)
 
 
-def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
-    """The plan for a resident model; raises field_not_honoured naming `tools`.
+def tool_plan(
+    ask: ToolAsk | None, template: str | None, prompt: Prompt | None = None
+) -> ToolPlan | None:
+    """The plan for a resident model and the chat `prompt`; raises field_not_honoured naming
+    `tools`.
 
     `tool_choice: "none"` does not show the tools, so the model cannot call
-    one: the chat is served as a plain chat (OAI-TOOLS-13).
+    one: the chat is served as a plain chat (OAI-TOOLS-13). So is a chat
+    whose partial answer (OAI-CONT-01) has begun as text where the generic
+    format is served: its reply is one document from the start of the turn,
+    so a reply begun as text can only go on as text (an agent at its step
+    limit sends such a partial, "respond with text only"), and a forced call
+    is refused.
     """
     if ask is None or ask.choice == "none":
         return None
     if template is None or not takes_tools(template):
+        if begun_as_text(prompt):
+            if ask.forced:
+                raise InvalidParameter(
+                    "tool_choice",
+                    "tool_choice forces a call, but the last message is a partial answer begun "
+                    "as text, and this model's calls (the generic format) must begin the reply.",
+                )
+            return None
         # one call unless parallel calls are asked for, as llama.cpp's server does: a model
         # never taught to call tools repeats a call until max_tokens when the list is open
         ask = ask if ask.parallel else replace(ask, limit=1)
@@ -162,6 +180,18 @@ def tool_plan(ask: ToolAsk | None, template: str | None) -> ToolPlan | None:
     forced = call_format.forced(ask.parameters, ask.name)
     constraint = None if forced is None else Constraint(json.dumps(forced), "call")
     return ToolPlan(ask, call_format, call_format.opening(ask.name), constraint)
+
+
+def begun_as_text(prompt: Prompt | None) -> bool:
+    """Whether a chat ends in a partial answer (a trailing assistant message, OAI-CONT-01) that
+    has begun as text: not empty, not the start of a JSON document, and calling nothing."""
+    if not isinstance(prompt, ChatPrompt) or not prompt.messages:
+        return False
+    last = prompt.messages[-1]
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return False
+    text = content_text(last.get("content")).lstrip()
+    return bool(text) and not text.startswith("{")
 
 
 def closed(schema: Any) -> Any:

@@ -250,7 +250,7 @@ async def prepare(
 ) -> Prepared:
     """Tokenize every prompt and fix its budget; refusals before any generation.
     `user_spans`: read each prompt's `last_user` window too (an armed probe needs it)."""
-    tools = tool_plan(req.tools, engine.chat_template)
+    tools = tool_plan(req.tools, engine.chat_template, req.prompts[0] if req.prompts else None)
     check_bias(req.logit_bias, engine.facts.vocab_size)
     ids_of, budgets, prompts = [], [], []
     for i, prompt in enumerate(req.prompts):

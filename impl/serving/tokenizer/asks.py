@@ -55,7 +55,7 @@ class TokenizeAsk:
         if self.chat is None:
             assert self.text is not None
             return prompt_ids(engine, self.text)
-        tools = tool_plan(self.chat.tools, engine.chat_template)
+        tools = tool_plan(self.chat.tools, engine.chat_template, self.chat.prompts[0])
         return prompt_ids(engine, self.chat.prompts[0], 0, tools)
 
 
