@@ -111,6 +111,21 @@ class SamplingParams:
     logprobs: int | None = None  # each token's log-probability and its k best; None: none
     # with the prompt's own (echo): each prompt token's after the first, and its k best
     prompt_logprobs: int | None = None
+    thinking: ThinkingBudget | None = None  # the most tokens a reasoning span may hold
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBudget:
+    """The most tokens a reply's reasoning span may hold (engines/thinking.py): past them the
+    span's close is forced, token by token (`close_ids`, as the tokenizer writes `close`), and
+    the answer follows. `inside`: the prompt opened the span, so the reply starts in it;
+    otherwise a reply that starts with `open` opens it."""
+
+    tokens: int
+    open: str
+    close: str
+    close_ids: tuple[int, ...]
+    inside: bool
 
 
 @dataclass(frozen=True, slots=True)

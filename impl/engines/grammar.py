@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import llguidance
 import numpy as np
 import numpy.typing as npt
 
-from .base import Constraint, ConstraintUnsupported
+from .base import Constraint, ConstraintUnsupported, SamplingParams
+from .thinking import Budget
 
 _OPTIONS: dict[str, Any] = {
     "whitespace_flexible": False,
@@ -52,6 +53,15 @@ def call_lark(call: dict[str, Any]) -> str:
         rules.append(f"a{i}: %json {json.dumps(options, ensure_ascii=False)}")
     alternatives = " | ".join(f"c{i}" for i in range(len(call["options"])))
     return "\n".join([f"start: {alternatives}", *rules]) + "\n"
+
+
+class Mask(Protocol):
+    """What masks one choice's logits each step and follows the token picked: a grammar's
+    `Guide`, or a thinking budget (engines/thinking.py)."""
+
+    def mask_row(self, logits: npt.NDArray[np.float32]) -> None: ...
+
+    def advance(self, token_id: int) -> None: ...
 
 
 class Guide:
@@ -131,3 +141,9 @@ class Grammars:
     def guide(self, constraint: Constraint) -> Guide:
         """A fresh grammar state for one choice."""
         return Guide(self.matcher(constraint))
+
+    def mask(self, params: SamplingParams, decode: Callable[[Sequence[int]], str]) -> Mask | None:
+        """One choice's mask: its grammar's, else its thinking budget's, else none."""
+        if params.constraint is not None:
+            return self.guide(params.constraint)
+        return None if params.thinking is None else Budget(params.thinking, decode)

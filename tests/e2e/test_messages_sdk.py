@@ -225,8 +225,9 @@ def test_count_tokens_is_the_billed_input(sdk: anthropic.Anthropic) -> None:
 
 
 def test_fields_that_change_nothing_are_reported(sdk: anthropic.Anthropic) -> None:
-    """Issue 45 item 1, OAI-VALID-07/10 on messages: `metadata`, a thinking budget and
-    `service_tier` are reported in X-miLLM-Ignored-Fields; strict mode refuses them."""
+    """Issue 45 item 1, OAI-VALID-07/10 on messages: `metadata`, a thinking budget where
+    thinking is off and `service_tier` are reported in X-miLLM-Ignored-Fields; strict mode
+    refuses them."""
     asked: dict[str, Any] = {
         "model": GGUF_ID,
         "max_tokens": 2,
@@ -237,7 +238,7 @@ def test_fields_that_change_nothing_are_reported(sdk: anthropic.Anthropic) -> No
     }
     raw = sdk.messages.with_raw_response.create(**asked)
     assert raw.headers["X-miLLM-Ignored-Fields"] == '"metadata", "service_tier"'
-    thinking = {"type": "enabled", "budget_tokens": 1024}
+    thinking = {"type": "disabled", "budget_tokens": 1024}  # a budget for no thinking
     budget = sdk.messages.with_raw_response.create(
         **{**asked, "metadata": None, "service_tier": None, "thinking": thinking}
     )

@@ -425,3 +425,35 @@ def test_a_constrained_reply_is_rendered_thinking_off(
     strict = post(client, payload, **{"X-miLLM-Strict": "true"})
     assert strict.status_code == 400
     assert strict.json()["error"]["param"] == unused
+
+
+def as_blocks(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as Anthropic's: an assistant's reasoning as a thinking block."""
+    if message["role"] != "assistant":
+        return message
+    thought = {"type": "thinking", "thinking": message["reasoning_content"], "signature": ""}
+    return {"role": "assistant", "content": [thought, {"type": "text", "text": message["content"]}]}
+
+
+def test_a_thinking_budget_closes_the_span(client: TestClient) -> None:
+    """Issue 45 item 1 (`thinking.budget_tokens` on /v1/messages): the reply reasons for at
+    most the budget's tokens, then its span is closed for it and it answers; the thinking
+    block is the unbudgeted one's first tokens, and the budget is not reported unused."""
+    engine = client.app.state.manager  # type: ignore[attr-defined]
+    history = [as_blocks(m) for m in capitals()]
+    body = {"model": QWEN3, "max_tokens": 60, "messages": history, "temperature": 0}
+    thinking = {"type": "enabled"}
+    free = client.post("/v1/messages", json={**body, "thinking": thinking}, headers=JSON)
+    budgeted = client.post(
+        "/v1/messages", json={**body, "thinking": {**thinking, "budget_tokens": 3}}, headers=JSON
+    )
+    assert free.status_code == 200 and budgeted.status_code == 200, budgeted.text
+    assert ignored(budgeted) == ""
+    blocks = {b["type"]: b for b in budgeted.json()["content"]}
+    unbounded = {b["type"]: b for b in free.json()["content"]}
+    tokenizer = engine.resident.engine
+    spent = tokenizer.tokenize(blocks["thinking"]["thinking"], add_special_tokens=False)
+    assert 0 < len(spent) <= 3
+    assert len(tokenizer.tokenize(unbounded["thinking"]["thinking"], add_special_tokens=False)) > 3
+    assert unbounded["thinking"]["thinking"].startswith(blocks["thinking"]["thinking"])
+    assert blocks["text"]["text"] and "</think>" not in blocks["text"]["text"]

@@ -111,7 +111,9 @@ def test_fields_map_onto_the_chat_request() -> None:
     assert chat.tools is not None and chat.tools.choice == "required" and chat.tools.limit == 1
     assert chat.tools.tools[0]["function"]["parameters"] == {"type": "object"}
     assert chat.think.think is True and chat.stream and chat.continuous_usage
-    assert made.unused == ("thinking.budget_tokens",)
+    assert made.unused == () and chat.thinking_budget == 2048
+    off = ask(thinking={"type": "disabled", "budget_tokens": 2048})
+    assert off.unused == ("thinking.budget_tokens",) and off.chat.thinking_budget is None
     shaped = ask(output_config={"format": {"type": "json_schema", "schema": {"type": "object"}}})
     assert shaped.chat.output is not None and shaped.chat.output.kind == "json_schema"
 

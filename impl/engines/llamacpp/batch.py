@@ -54,7 +54,7 @@ import numpy as np
 from llama_cpp import _internals
 
 from ..base import SamplingParams, Token
-from ..grammar import Guide
+from ..grammar import Mask
 from ..prompt_cache import PromptCache
 from ..rows import prefill_limit, prompt_row
 from .batches import put
@@ -88,7 +88,7 @@ class Joining:
     prompt_ids: Sequence[int]
     params: SamplingParams
     seed: int | None = None
-    guide: Guide | None = None
+    guide: Mask | None = None
 
 
 @dataclass(slots=True)
@@ -191,7 +191,7 @@ class Rows:
         kept: int,
         params: SamplingParams,
         seed: int | None,
-        guide: Guide | None,
+        guide: Mask | None,
     ) -> Row:
         return Row(
             seq=seq,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 
 from ..base import Logprobs, Prefilled, SamplingParams, Token
-from ..grammar import Guide
+from ..grammar import Mask
 from .context import Context
 from .sampling import Picking
 
@@ -35,7 +35,7 @@ def decode(
     params: SamplingParams,
     *,
     seed: int | None = None,
-    guide: Guide | None = None,
+    guide: Mask | None = None,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield one `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOG."""
     sequence = [int(i) for i in prompt_ids]

@@ -157,7 +157,7 @@ class LlamaCppEngine:
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
         _refuse(hooks)
-        guide = None if params.constraint is None else self.grammars.guide(params.constraint)
+        guide = self.grammars.mask(params, self.decode)
         seed = None if rng is None else rng.next()
         return decode(self.context, prompt_ids, params, seed=seed, guide=guide)
 
@@ -282,8 +282,7 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
         check_ids(joiner.prompt_ids, self._engine.facts.vocab_size)
-        constraint = joiner.params.constraint
-        guide = None if constraint is None else self._engine.grammars.guide(constraint)
+        guide = self._engine.grammars.mask(joiner.params, self._engine.decode)
         seed = None if rng is None else rng.next()
         return Joining(joiner.prompt_ids, joiner.params, seed, guide)
 

@@ -38,7 +38,7 @@ import numpy.typing as npt
 from llama_cpp import _internals
 
 from ..base import Logprobs, SamplingParams, Token
-from ..grammar import Guide
+from ..grammar import Mask
 from ..logprobs import LogitBias, Reporter, logit_bias
 
 MAX_VIEWS = 1024  # row views a context keeps (a batch of rows has one per row)
@@ -146,7 +146,7 @@ class Picking:
     token's log-probabilities (engines/logprobs.py) are read off that row when asked for;
     the guide then advances by the token picked."""
 
-    def __init__(self, params: SamplingParams, seed: int | None, guide: Guide | None) -> None:
+    def __init__(self, params: SamplingParams, seed: int | None, guide: Mask | None) -> None:
         self.sampler = sampler(params, seed)
         self.guide = guide
         self._penalties: Penalties | None = None

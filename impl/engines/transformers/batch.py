@@ -47,7 +47,7 @@ from ..prompt_cache import PromptCache
 from ..rows import prefill_limit, prompt_row
 from .capture import monitored, monitored_rows
 from .decoding import DecodeSettings, Sampler
-from .grammar import Guide
+from .grammar import TorchMask
 from .prefix import Held, crop, nbytes, restored, usable_prefix
 from .steering import steered, steered_rows
 
@@ -107,7 +107,7 @@ class Rows:
         params: SamplingParams,
         *,
         rng: torch.Generator | None = None,
-        guide: Guide | None = None,
+        guide: TorchMask | None = None,
         steering: SteeringSource | None = None,
         monitor: Monitor | None = None,
         now: bool | None = None,

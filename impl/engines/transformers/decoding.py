@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 
 from ..base import Logprobs, Prefilled, SamplingParams, Token
 from ..logprobs import Reporter, logit_bias, of_rows
-from .grammar import Guide
+from .grammar import TorchMask
 from .prefix import Held, PrefixCache
 from .sampling import apply_penalties, is_no_op_penalty, pick
 
@@ -67,7 +67,7 @@ class Sampler:
     """One request's step from a pass's logits to its next token id (and its logprobs)."""
 
     def __init__(
-        self, params: SamplingParams, rng: torch.Generator | None, guide: Guide | None
+        self, params: SamplingParams, rng: torch.Generator | None, guide: TorchMask | None
     ) -> None:
         self.counts = Counts()
         self._params = params
@@ -115,7 +115,7 @@ def decode(
     params: SamplingParams,
     rng: torch.Generator | None,
     key: Hashable = (),
-    guide: Guide | None = None,
+    guide: TorchMask | None = None,
     reuse: bool = True,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield a `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOS.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Generator, Hashable, Iterator, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import Any, cast
@@ -87,7 +87,7 @@ class TransformersEngine:
         self._batch: RowsBatch | None = None
         if parallel > 1 and batchable(model.config):
             rows = Rows(model, self._settings, parallel, facts.context_length, cache, chunk)
-            self._batch = RowsBatch(rows, self._grammars)
+            self._batch = RowsBatch(rows, self._grammars, self.decode)
         elif parallel > 1:
             logger.info("%s has sliding or recurrent layers: serial only", facts.model_id)
 
@@ -149,7 +149,7 @@ class TransformersEngine:
     ) -> Generator[Prefilled | Token, None, None]:
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
-        guide = None if params.constraint is None else self._grammars.guide(params.constraint)
+        guide = self._grammars.mask(params, self.decode)
         return self._hooked(hooks, prompt_ids, params, rng, guide)
 
     def _hooked(
@@ -315,22 +315,25 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
     """The engine's `Batch`: `Rows`, with a request's constraint made as the serial path
     makes it."""
 
-    def __init__(self, rows: Rows, grammars: Grammars) -> None:
+    def __init__(
+        self, rows: Rows, grammars: Grammars, decode: Callable[[Sequence[int]], str]
+    ) -> None:
         super().__init__(rows, Row)
         self._grammars = grammars
+        self._decode = decode  # the engine's: a thinking budget reads the reply's text
 
     def join(self, joiner: Joiner, now: bool | None = None) -> Row:
         """A row's prefill and steps run its steering and feed its monitor; a capture is
         refused: a reading runs on the serial path (OAI-ACT-25, docs/DECISIONS.md). `now`:
         as `Rows.join`."""
-        rng, hooks, constraint = joiner.rng, joiner.hooks, joiner.params.constraint
+        rng, hooks = joiner.rng, joiner.hooks
         if rng is not None and not isinstance(rng, torch.Generator):
             raise TypeError("rng must come from this engine's new_rng")
         if hooks.capture is not None:
             raise ValueError("a row captures no layer: readings run on the serial path")
         if joiner.params.prompt_logprobs is not None:
             raise ValueError("a row reports no prompt logprobs: echo runs on the serial path")
-        guide = None if constraint is None else self._grammars.guide(constraint)
+        guide = self._grammars.mask(joiner.params, self._decode)
         return self._rows.join(
             joiner.prompt_ids,
             joiner.params,

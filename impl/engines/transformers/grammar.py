@@ -9,15 +9,17 @@ seconds on its first CPU call.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Protocol
 
 import llguidance
 import llguidance.hf
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .. import grammar
-from ..base import Constraint
+from .. import grammar, thinking
+from ..base import Constraint, SamplingParams
 
 
 class Guide(grammar.Guide):
@@ -27,6 +29,25 @@ class Guide(grammar.Guide):
         """`logits` (1-D) with every token the grammar forbids set to -inf."""
         keep = torch.from_numpy(self.allowed(logits.shape[0]))
         return logits.masked_fill(~keep, float("-inf"))
+
+
+class TorchMask(grammar.Mask, Protocol):
+    """A grammar's `Guide` or a thinking `Budget`, on torch logits too."""
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor: ...
+
+
+class Budget(thinking.Budget):
+    """One choice's thinking budget, masking torch logits."""
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """`logits`, or (a close token forced) every logit but its own -inf."""
+        forced = self.forced()
+        if forced is None:
+            return logits
+        out = torch.full_like(logits, float("-inf"))
+        out[forced] = logits[forced]
+        return out
 
 
 def _lltokenizer(
@@ -55,3 +76,11 @@ class Grammars(grammar.Grammars):
     def guide(self, constraint: Constraint) -> Guide:
         """A fresh grammar state for one choice."""
         return Guide(self.matcher(constraint))
+
+    def mask(
+        self, params: SamplingParams, decode: Callable[[Sequence[int]], str]
+    ) -> TorchMask | None:
+        """One choice's mask: its grammar's, else its thinking budget's, else none."""
+        if params.constraint is not None:
+            return self.guide(params.constraint)
+        return None if params.thinking is None else Budget(params.thinking, decode)

@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 import yaml
 
-from ...engines.base import Engine
+from ...engines.base import Engine, ThinkingBudget
 from ..stops import held_tail
 
 
@@ -150,6 +150,14 @@ class ReasoningPlan:
 
     span: SpanFormat
     inside: Sequence[bool]
+    close_ids: tuple[int, ...] = ()  # the span's close as the tokenizer writes it
+
+    def budget(self, prompt: int, tokens: int | None) -> ThinkingBudget | None:
+        """Prompt i's thinking budget (`tokens` at most in the span), or None: no budget."""
+        if tokens is None or not self.close_ids:
+            return None
+        span = self.span
+        return ThinkingBudget(tokens, span.open, span.close, self.close_ids, self.inside[prompt])
 
     def split(self, prompt: int, text: str) -> Split:
         return self.span.split(text, self.inside[prompt])
@@ -164,7 +172,8 @@ def reasoning_plan(engine: Engine, prompt_ids: Sequence[Sequence[int]]) -> Reaso
     if span is None:
         return None
     rendered = (engine.decode(ids, keep_special=True) for ids in prompt_ids)
-    return ReasoningPlan(span, tuple(span.opened_by(text) for text in rendered))
+    close_ids = tuple(engine.tokenize(span.close, add_special_tokens=False))
+    return ReasoningPlan(span, tuple(span.opened_by(text) for text in rendered), close_ids)
 
 
 @cache

@@ -452,6 +452,9 @@ def job(
         logit_bias=bias(r, prepared.engine.facts),
         logprobs=r.logprobs,
         prompt_logprobs=r.logprobs if r.echo else None,
+        thinking=None
+        if prepared.reasoning is None
+        else prepared.reasoning.budget(i, r.thinking_budget),
     )
     return ChoiceJob(
         prompt_ids=prepared.prompt_ids[i],

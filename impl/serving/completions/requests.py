@@ -67,6 +67,7 @@ class GenerationRequest:
     tools: ToolAsk | None = None
     output: OutputFormat | None = None  # a constrained `response_format` (not `text`)
     think: ThinkAsk = field(default_factory=ThinkAsk)
+    thinking_budget: int | None = None  # the most tokens a reasoning span may hold
     top_logprobs: int | None = None  # chat's, checked against `logprobs` after the policy
     precision: str | None = None  # `scoring_precision` as sent
     as_token_ids: bool = False  # `return_tokens_as_token_ids: true`

@@ -84,6 +84,7 @@ def message_ask(
             "stops": tuple(s for s in (req.stop_sequences or ()) if s),
             "seed": req.seed,
             "steering": steering_ask(req),
+            "thinking_budget": _budget(req),
         }
     ask = GenerationRequest(
         endpoint="chat",
@@ -110,15 +111,25 @@ def message_ask(
 
 
 def _unused(req: v1.CreateMessageRequest | v1.CountMessageTokensRequest) -> list[str]:
-    """Nested members the field matrix does not see that change nothing here: a thinking
-    budget (no budget is enforced: the reply's `max_tokens` bounds the thinking with the
-    answer) and its `display`. (`metadata` the matrix reports whole.)"""
+    """Nested members the field matrix does not see that change nothing here: the thinking's
+    `display`, and its `budget_tokens` where nothing is generated (count_tokens) or thinking
+    is not `enabled`. (`metadata` the matrix reports whole.)"""
     found = []
-    if req.thinking is not None and req.thinking.budget_tokens is not None:
+    budget = req.thinking is not None and req.thinking.budget_tokens is not None
+    if budget and (isinstance(req, v1.CountMessageTokensRequest) or _budget(req) is None):
         found.append("thinking.budget_tokens")
     if req.thinking is not None and req.thinking.display is not None:
         found.append("thinking.display")
     return found
+
+
+def _budget(req: v1.CreateMessageRequest | v1.CountMessageTokensRequest) -> int | None:
+    """`thinking.budget_tokens` where thinking is `enabled` (and miserver's `think` does not
+    turn it off): the most tokens the reply's reasoning span may hold."""
+    thinking = req.thinking
+    if thinking is None or thinking.type != "enabled" or req.think is False:
+        return None
+    return thinking.budget_tokens
 
 
 def _think(req: v1.CreateMessageRequest | v1.CountMessageTokensRequest) -> bool | None:
