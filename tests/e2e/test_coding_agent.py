@@ -78,30 +78,33 @@ def agent_config(base_url: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def opencode(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """opencode from the npm registry, in a folder of its own."""
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Tap, str]]:
+    """opencode from the npm registry (installed while the server starts), `miserver serve
+    --temp 0` as a user starts it, and the recording proxy before it."""
     npm = shutil.which("npm")
     if npm is None:
         pytest.fail("npm is not installed: the coding-agent test installs opencode with it")
     prefix = tmp_path_factory.mktemp("opencode")
-    subprocess.run(
-        [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", OPENCODE],
-        check=True,
-        capture_output=True,
-        timeout=INSTALL_TIMEOUT_S,
-    )
-    return prefix / "node_modules" / ".bin" / "opencode"
-
-
-@pytest.fixture(scope="module")
-def tap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Tap, str]]:
-    """`miserver serve --temp 0` as a user starts it, and the recording proxy before it."""
-    with live_server(
-        tmp_path_factory.mktemp("agent-server"), model=None, args=["--temp", "0"]
-    ) as s:
-        recording = Tap(upstream=s.base_url.removesuffix("/v1"), check=Check())
-        with uvicorn_serving(recording) as port:
-            yield recording, f"http://127.0.0.1:{port}/v1"
+    log = prefix / "npm.log"
+    with log.open("wb") as out:  # a file, not a pipe: nothing blocks on a full one
+        install = subprocess.Popen(
+            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", OPENCODE],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        workdir = tmp_path_factory.mktemp("agent-server")
+        with live_server(workdir, model=None, args=["--temp", "0"]) as server:
+            recording = Tap(upstream=server.base_url.removesuffix("/v1"), check=Check())
+            with uvicorn_serving(recording) as port:
+                code = install.wait(timeout=INSTALL_TIMEOUT_S)
+                assert code == 0, f"npm install failed:\n{log.read_text()[-2000:]}"
+                opencode = prefix / "node_modules" / ".bin" / "opencode"
+                yield opencode, recording, f"http://127.0.0.1:{port}/v1"
+    finally:
+        if install.poll() is None:
+            install.kill()
+            install.wait()
 
 
 def run_agent(opencode: Path, base_url: str, workdir: Path) -> list[dict[str, Any]]:
@@ -114,6 +117,7 @@ def run_agent(opencode: Path, base_url: str, workdir: Path) -> list[dict[str, An
     env = {
         **os.environ,
         "HOME": str(home),
+        "npm_config_cache": str(Path.home() / ".npm"),  # its provider package, from cache
         "PWD": str(project),  # opencode takes its project from PWD before its cwd
         **{f"XDG_{d}_HOME": str(home / d.lower()) for d in ("CONFIG", "DATA", "CACHE", "STATE")},
         **dict.fromkeys(
@@ -160,13 +164,11 @@ def deltas(exchange: Exchange) -> tuple[str, list[dict[str, Any]], str | None]:
     return content, [calls[i] for i in sorted(calls)], finish
 
 
-def test_opencode_reads_a_file_and_answers(
-    opencode: Path, tap: tuple[Tap, str], tmp_path: Path
-) -> None:
+def test_opencode_reads_a_file_and_answers(agent: tuple[Path, Tap, str], tmp_path: Path) -> None:
     """LOC-CHAT-76, OAI-TOOLS-01, OAI-TOOLS-05, OAI-CONT-01, OAI-CONT-04: opencode offers its
     tool, the model's call streams back, opencode runs it and sends the file's text as a
     `tool` message, and the final answer streams as text; every body is OpenAI's shape."""
-    recording, base_url = tap
+    opencode, recording, base_url = agent
     events = run_agent(opencode, base_url, tmp_path)
 
     turns = [e for e in recording.exchanges if e.path == CHAT and (e.request or {}).get("tools")]
