@@ -6,6 +6,29 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 
+class Liveness(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    status: Literal["alive"]
+
+
+class Readiness(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    status: Literal["ready", "loading", "empty", "error"]
+    model: Annotated[
+        str | None, Field(description="The loaded model's id (null when none is).")
+    ]
+    error: Annotated[
+        str,
+        Field(
+            description="Why the last load failed (empty unless `status` is `error`)."
+        ),
+    ]
+
+
 class Error(BaseModel):
     model_config = ConfigDict(
         extra="allow",

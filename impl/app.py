@@ -3,6 +3,7 @@
 Server (ASGI)             lifespan: load the launch model, close at exit
   -> RootAliases          vLLM's root paths (/tokenize) rewritten to their /v1 path
   -> RequestIdMiddleware  x-request-id on every response, its logs and events
+  -> Refusals             every error answer counted by its code (/metrics)
   -> SecurityMiddleware   Host, Origin, API key, body cap, media type, the body
                           parsed once as strict JSON (http/body.py); headers
   -> connexion AsyncApp   routing + validation against spec/openapi/v1.yaml
@@ -35,13 +36,16 @@ from .http.anthropic import AnthropicConventions
 from .http.documents import add_document, document
 from .http.operations import decorated_once
 from .http.pages import Pages
+from .http.refusals import Refusals
 from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
 from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator
+from .local import health
 from .local.config import ConfigService
 from .local.decisions import DecisionService
 from .local.probe_scores import ProbeScores
 from .local.session import Session
+from .metrics import Metrics
 from .models.catalog import Catalog, shipped
 from .models.downloads import Downloads
 from .models.hf_admin import HfAdmin
@@ -103,6 +107,7 @@ class ServerState:
     downloads: Downloads
     hf: HfAdmin
     planner: Planner
+    metrics: Metrics
 
 
 def _respond(error: ApiError) -> ConnexionResponse:
@@ -222,6 +227,22 @@ def _downloads(settings: Settings, catalog: Catalog, bus: EventBus) -> Downloads
     )
 
 
+def _decisions(
+    manager: ModelManager, scheduler: Scheduler, executor: ThreadPoolExecutor, config: ConfigService
+) -> DecisionService:
+    """`/api/decide`, on while the session's config says so."""
+    return DecisionService(
+        manager, scheduler, executor, enabled=lambda: bool(config.in_session("decide"))
+    )
+
+
+def _metrics(manager: ModelManager, scheduler: Scheduler, bus: EventBus) -> Metrics:
+    """The metrics: gauges read from the manager and scheduler, downloads from the bus."""
+    metrics = Metrics(lambda: health.live(manager, scheduler, metrics))
+    bus.tap("download", metrics.download)
+    return metrics
+
+
 def _planner(
     settings: Settings,
     bus: EventBus,
@@ -286,11 +307,14 @@ class Server:
         self._app = RootAliases(
             AnthropicConventions(
                 RequestIdMiddleware(
-                    SecurityMiddleware(
-                        Pages(build_connexion()),
-                        self.policy,
-                        settings.json_max_depth,
-                        gate=self._gate,
+                    Refusals(
+                        SecurityMiddleware(
+                            Pages(build_connexion()),
+                            self.policy,
+                            settings.json_max_depth,
+                            gate=self._gate,
+                        ),
+                        self.state.metrics,
                     )
                 )
             ),
@@ -325,8 +349,9 @@ class Server:
     ) -> ServerState:
         """The services built on the shared manager, scheduler, session and config."""
         settings, executor, bus = self.settings, self._executor, self.bus
+        metrics = _metrics(manager, scheduler, bus)
         live = _live_steering(settings, self._db)
-        probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max))
+        probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max), metrics)
         service = CompletionService(
             settings,
             manager,
@@ -337,6 +362,7 @@ class Server:
             bus=self.bus,
             defaults=config.request_defaults,
             probes=probes,
+            metrics=metrics,
         )
         admin = SteeringAdmin(live, manager)
         catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
@@ -356,9 +382,7 @@ class Server:
             probe_scores=ProbeScores(
                 settings, manager, scheduler, executor, live=live, probes=probes
             ),
-            decisions=DecisionService(
-                manager, scheduler, executor, enabled=lambda: bool(config.in_session("decide"))
-            ),
+            decisions=_decisions(manager, scheduler, executor, config),
             embeddings=EmbeddingService(settings, manager, scheduler, executor),
             tokenizer=tokenizer,
             messages=MessagesService(service, tokenizer, settings.ignored_fields_header_max_bytes),
@@ -368,6 +392,7 @@ class Server:
             downloads=_downloads(settings, catalog, bus),
             hf=HfAdmin(Hub(settings.hf_endpoint), catalog),
             planner=_planner(settings, bus, config, manager, session),
+            metrics=metrics,
         )
 
     def _gate(self, method: str, path: str) -> ApiError | None:

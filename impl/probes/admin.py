@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApiError, InvalidParameter
+from ..metrics import Metrics
 from ..store.probes import ProbeNotFound, ProbeRow, ProbeStore
 from . import sidecar
 from .definition import Probe, ProbeError, check_name, probe
@@ -42,8 +43,9 @@ def _definition(p: Probe) -> dict[str, Any]:
 
 
 class ProbeAdmin:
-    def __init__(self, store: ProbeStore) -> None:
+    def __init__(self, store: ProbeStore, metrics: Metrics | None = None) -> None:
         self._store = store
+        self._metrics = metrics  # each result recorded counts (GET /metrics)
         self._lock = threading.Lock()
         self._armed: tuple[Probe, ...] = tuple(map(_probe, store.armed()))
 
@@ -124,6 +126,10 @@ class ProbeAdmin:
 
     def record(self, results: Sequence[dict[str, Any]]) -> None:
         self._store.record(results)
+        if self._metrics is not None:
+            self._metrics.verdicts(
+                (str(r["probe"]), str(r["outcome"]), str(r["verdict"])) for r in results
+            )
 
     def events(
         self, after: int, limit: int, probe_name: str | None, request_id: str | None

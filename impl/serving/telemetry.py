@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from .. import request_context
+from ..metrics import Watch
 
 _MIB = 1024 * 1024
 TOKEN_ZEROS = {"io_ms": 0, "mgmt_ms": 0, "stall_ms": 0, "flash_wait_ms": 0, "read_mib": 0}
@@ -79,6 +80,7 @@ class Meter:
     n_prompt: int
     load_s: float = 0.0
     quiet: bool = False  # nobody listens: no `token` events (and none of their readings)
+    watch: Watch | None = None  # the request's metrics (GET /metrics)
     request_id: str | None = field(default_factory=request_context.current)
     _start: float = field(default_factory=time.perf_counter)
     _last: float = 0.0
@@ -96,6 +98,8 @@ class Meter:
     def token(self, compute_s: float) -> None:
         """One generated token, `compute_s` of it spent in the engine's step."""
         now = time.perf_counter()
+        if self.watch is not None:
+            self.watch.token(now, None if self._first is None else self._last)
         if self._first is None:
             self._first = now
         else:

@@ -189,6 +189,19 @@ def test_the_shipped_catalog_lists_real_models_on_the_configured_endpoint(tmp_pa
     )
 
 
+def downloads_ended(server: Running) -> dict[str, float]:
+    """`miserver_downloads_total` by outcome, from /metrics (issue 47)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{server.base}/metrics").text
+    return {
+        s.labels["outcome"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "miserver_downloads_total"
+    }
+
+
 def test_a_download_interrupted_three_times_finishes_whole(
     server: Running, hub: tuple[Hub, str], gguf_bytes: bytes
 ) -> None:
@@ -199,11 +212,13 @@ def test_a_download_interrupted_three_times_finishes_whole(
     right bytes), renamed from `.part`, `on_disk`, and in /v1/models at once."""
     fake, _ = hub
     fake.faults["tiny.gguf"] = Fault(drop_after=len(gguf_bytes) // 5, drops=3)
+    ended = downloads_ended(server)
     with Events(server.base) as events:
         started = server.start("tiny")
         assert (started.status_code, started.json()) == (202, {"id": "tiny", "state": "running"})
         done = server.wait_state(events, "tiny", "done")
     assert done["received"] == done["total"] == len(gguf_bytes)
+    assert downloads_ended(server)["done"] == ended.get("done", 0) + 1  # issue 47: one job
     retries = [
         d for n, d in events.seen if n == "download" and d["state"] == "running" and d["error"]
     ]
@@ -259,10 +274,12 @@ def test_a_checksum_mismatch_is_an_error_and_never_a_model(server: Running) -> N
     """Issue 20 item 2 (checksums verified when known), LOC-DL-13: a file whose SHA-256 is
     not the catalog's ends the download in `error` naming the file; the bad bytes are kept
     aside as `.bad`, never renamed into place nor listed as a model."""
+    ended = downloads_ended(server)
     with Events(server.base) as events:
         assert server.start("tiny").status_code == 202
         failed = server.wait_state(events, "tiny", "error")
     assert "tiny.gguf" in failed["error"] and "SHA-256" in failed["error"]
+    assert downloads_ended(server)["error"] == ended.get("error", 0) + 1  # issue 47
     assert (server.models / "tiny.gguf.bad").is_file()
     assert not (server.models / "tiny.gguf").exists()
     assert server.entry("tiny")["status"] == "available"

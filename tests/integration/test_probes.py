@@ -525,3 +525,30 @@ def test_every_choice_has_its_own_results(server: TestClient) -> None:
     assert [e["index"] for e in parse(rows.headers[HEADER])] == [0, 1, 0, 1]
     sampled = server.post(CHAT, json=chat(ENGLISH, n=2, temperature=0.8, seed=3))
     assert sorted({r["index"] for r in verdicts(sampled)}) == [0, 1]
+
+
+def verdict_counts(server: TestClient) -> dict[tuple[str, str, str], float]:
+    """`miserver_probe_verdicts_total` by (probe, outcome, verdict), from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts: dict[tuple[str, str, str], float] = {}
+    for family in text_string_to_metric_families(server.get("/metrics").text):
+        for s in family.samples:
+            if s.name == "miserver_probe_verdicts_total":
+                key = (s.labels["probe"], s.labels["outcome"], s.labels["verdict"])
+                counts[key] = s.value
+    return counts
+
+
+def test_each_recorded_result_is_counted(server: TestClient) -> None:
+    """Issue 47 item 1: every probe result a response records counts once in
+    `miserver_probe_verdicts_total`, by probe, outcome and verdict."""
+    before = verdict_counts(server)
+    results = verdicts(server.post(CHAT, json=chat(FRENCH)))
+    after = verdict_counts(server)
+    expected: dict[tuple[str, str, str], int] = {}
+    for r in results:
+        key = (r["name"], r["outcome"], r["verdict"])
+        expected[key] = expected.get(key, 0) + 1
+    moved = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    assert {k: v for k, v in moved.items() if v} == expected

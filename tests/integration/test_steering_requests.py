@@ -990,3 +990,32 @@ def test_steering_refusals_come_before_a_stream_starts(
     attach(server)
     body = {"model": MODEL_ID, "messages": USER, "max_tokens": 8, "stream": True, **extra}
     error_of(server.post(CHAT, json=body), status, code, param)
+
+
+def steered_counts(client: TestClient) -> dict[str, float]:
+    """`miserver_steered_requests_total` by source, from /metrics (issue 47)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for s in family.samples:
+            if s.name == "miserver_steered_requests_total":
+                counts[s.labels["source"]] = s.value
+    return counts
+
+
+def test_steered_requests_are_counted_by_source(server: TestClient) -> None:
+    """Issue 47 item 1: a generation that ran steered counts once under where its steering
+    came from (inline, the request's profile, the operator's live values); one that ran
+    unsteered counts nowhere."""
+    before = steered_counts(server)
+    assert steering_of(chat(server)) == "none"
+    attach(server)
+    assert put_profile(server, "counted").status_code in (200, 201)
+    assert steering_of(chat(server, steering=inline({10: 8.0}))) != "none"
+    assert steering_of(chat(server, profile="counted")) != "none"
+    set_values(server, {1: 4.0})
+    assert steering_of(chat(server)) == manual_value({1: 4.0})
+    after = steered_counts(server)
+    moved = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
+    assert {k: v for k, v in moved.items() if v} == {"inline": 1, "profile": 1, "operator": 1}

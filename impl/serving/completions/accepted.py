@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engines.base import Engine, Hooks
+from ...metrics import Watch
 from ...models.registry import ModelEntry
 from ...steering.live import LiveSteering
 from ...steering.source import RequestSource
 from . import steered
 from .defaults import RequestDefaults
-from .prepared import Prepared
+from .generation import ChoiceEnd
+from .prepared import Prepared, Tally
 from .probe_run import ProbeRun
 from .reading import Reading
 from .requests import GenerationRequest
@@ -30,6 +32,7 @@ class Accepted:
     defaults: RequestDefaults
     reading: Reading | None = None  # `return_sae_activations`, resolved (OAI-ACT)
     probes: ProbeRun | None = None  # the armed probes, while any is (REQ-000 PROBE)
+    watch: Watch | None = None  # its metrics, from its arrival (GET /metrics)
 
     def hooks(self, steering: RequestSource | None) -> Hooks:
         """One choice's hooks: the request's steering, a fresh probe monitor, a fresh
@@ -45,6 +48,8 @@ class Accepted:
     def interrupted(self, prepared: Prepared, request_id: str, exc: BaseException) -> None:
         """A response that never went out whole (the client left, or the generation
         failed): its probe results recorded as `interrupted` (OAI-PROBE-09)."""
+        if self.watch is not None:
+            self.watch.aborted()
         if self.probes is not None:
             reason = "generation_failed" if isinstance(exc, Exception) else "client_disconnected"
             self.probes.interrupted(prepared, request_id, reason)
@@ -59,3 +64,15 @@ class Accepted:
         if self.request.seed is not None or self.reading is not None or self.request.echo:
             return False
         return prepared.fits(resident.batch.window)
+
+    def ended(self, prepared: Prepared, prompt: int, end: ChoiceEnd) -> None:
+        """Prompt `prompt`'s choice ended: its metrics."""
+        if self.watch is not None:
+            size = len(prepared.prompt_ids[prompt])
+            self.watch.ended(end.finish_reason, end.completion_tokens, size)
+
+    def finished(self, prepared: Prepared, tally: Tally, source: RequestSource | None) -> None:
+        """The request ended whole: its metrics (the prompt billed, the steering's source)."""
+        if self.watch is not None:
+            self.watch.steered(steered.origin(self.request.steering, source))
+            self.watch.finished(prepared.prompt_tokens, tally.cached)

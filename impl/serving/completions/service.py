@@ -21,6 +21,7 @@ from typing import Any
 from ... import headers as hdr
 from ...engines.base import Capability, Engine, Rng
 from ...events import EventBus
+from ...metrics import Metrics
 from ...models.manager import ModelManager
 from ...probes.admin import ProbeAdmin
 from ...probes.verdicts import serialize as serialize_verdicts
@@ -61,7 +62,9 @@ class CompletionService:
         bus: EventBus,
         defaults: Callable[[], RequestDefaults] = RequestDefaults,
         probes: ProbeAdmin | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics  # GET /metrics (none in tests that build the service alone)
         self._probes = probes  # the armed probes, and where their results are recorded
         self._defaults = defaults  # the config's, read per request
         self._generating = generating  # counts a generation in /api/info while it runs
@@ -82,6 +85,7 @@ class CompletionService:
     async def serve(self, req: GenerationRequest, admission: Admission) -> Reply | StreamReply:
         """Answer one chat or text completion request: refusals first (none needs the model),
         then the config's defaults, then the scoring, JSON or streamed path."""
+        arrived = None if self._metrics is None else self._metrics.request(admission.entry.model_id)
         defaults = self._defaults()  # the config read once: a queued request keeps what it saw
         unused, thinking = refusals(req, admission, defaults)
         reported = [renamed(u, req.names) for u in unused]  # a front end's names
@@ -111,6 +115,7 @@ class CompletionService:
             probes=probe_run(
                 self._probes, admission.trace_id, self._live, admission.entry.model_id
             ),
+            watch=arrived,
         )
         return await (
             self._stream(accepted, headers) if req.stream else self._reply(accepted, headers)
@@ -151,7 +156,10 @@ class CompletionService:
             n_prompt=len(prepared.prompt_ids[i]),
             load_s=self._manager.load_seconds,
             quiet=not self._bus.listening,
+            watch=accepted.watch,
         )
+        if accepted.watch is not None:
+            accepted.watch.started(len(prepared.prompt_ids[i]))
         work = job(prepared, i, rng, ticket, hooks=accepted.hooks(source), meter=meter)
         if accepted.probes is not None:
             accepted.probes.started(work.hooks.monitor, index=index, prompt=i, ticket=ticket)
@@ -169,6 +177,8 @@ class CompletionService:
         async with holding(
             self._manager, self._scheduler, accepted.entry, timeout, shared=shared
         ) as slot:
+            if accepted.watch is not None:
+                accepted.watch.scheduled()
             prepared = await self._ready(accepted, slot.engine, prepared)
             source = accepted.steering(self._live, slot.engine)
             try:
@@ -179,6 +189,7 @@ class CompletionService:
             except BaseException as exc:  # the client left, or the generation failed
                 accepted.interrupted(prepared, env.id, exc)
                 raise
+        accepted.finished(prepared, tally, source)
         body = env.body(choices, tally.usage(prepared), shapes.fingerprint(prepared.engine.facts))
         if accepted.reading is not None and last is not None:  # only when asked (OAI-ACT-15)
             body["millm"] = accepted.reading.millm(last.captured, prepared)
@@ -212,6 +223,7 @@ class CompletionService:
                 whole, end = await collect(self._choices.events(prepared.engine, work, ticket))
                 choices.append(prepared.choice(len(choices), whole, end.finish_reason, end.stop))
                 tally.add(end, first_of_prompt=k == 0)
+                accepted.ended(prepared, i, end)
                 if accepted.probes is not None:
                     accepted.probes.ended(prepared, end, request_id)
         return choices, tally, end
@@ -250,6 +262,8 @@ class CompletionService:
                 yield Comment("waiting for a turn")
             switch_timeout = self._settings.graceful_unload_timeout
             slot = await lease.slot(self._manager, accepted.entry, switch_timeout)
+            if accepted.watch is not None:
+                accepted.watch.scheduled()
             prepared = await self._ready(accepted, slot.engine, prepared)  # reloaded meanwhile?
             source = accepted.steering(self._live, slot.engine)
             env = shapes.Envelope.new(accepted.request.endpoint, accepted.entry.model_id)
@@ -289,6 +303,7 @@ class CompletionService:
                             yield item
                             continue
                         tally.add(item.end, first_of_prompt=True)
+                        accepted.ended(prepared, i, item.end)
                         if accepted.reading is not None:
                             millm = accepted.reading.millm(item.end.captured, prepared)
                         if accepted.probes is not None:
@@ -299,6 +314,7 @@ class CompletionService:
         except BaseException as exc:  # the client left, or the generation failed
             accepted.interrupted(prepared, request_id, exc)
             raise
+        accepted.finished(prepared, tally, source)
         if accepted.probes is not None:  # only while a probe is armed (OAI-PROBE-06)
             yield out.verdicts(await accepted.probes.record())
         if millm is not None:  # the activations, then the steering chunk (open point 19)

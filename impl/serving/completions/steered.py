@@ -69,3 +69,16 @@ def rung(steering: RequestSource | None) -> str | None:
     except Exception:  # an unreadable state claims no evidence (OAI-RUNG-11)
         log.exception("reading the applied circuits failed")
         return None
+
+
+def origin(ask: SteeringAsk, steering: RequestSource | None) -> str | None:
+    """Where a generation's steering came from, for the metrics: `inline`, `profile`,
+    `circuit` (a circuit's rung applied) or `operator` (the live state); None when nothing
+    steered it (its header is `none`)."""
+    if header(steering) == "none":
+        return None
+    if ask.inline is not None:
+        return "inline"
+    if ask.profile is not None:
+        return "profile"
+    return "circuit" if rung(steering) is not None else "operator"
