@@ -69,7 +69,7 @@ def test_max_completion_tokens_is_max_tokens(client: TestClient) -> None:
 
 def test_stop_sequences_are_excluded_and_end_generation(client: TestClient) -> None:
     """OAI-CHAT-19, OAI-CHAT-20, OAI-RESP-09: string or list; the stop text is not returned."""
-    base = ask("Count from 1 to 20, one number per line.", temperature=0, max_tokens=120)
+    base = ask("Count from 1 to 20, one number per line.", temperature=0, max_tokens=40)
     full = client.post(CHAT, json=base).json()["choices"][0]["message"]["content"]
     assert "5" in full
     for stop in ("5", ["zzz", "5"]):
@@ -77,7 +77,7 @@ def test_stop_sequences_are_excluded_and_end_generation(client: TestClient) -> N
         choice = reply["choices"][0]
         assert choice["finish_reason"] == "stop"
         assert choice["message"]["content"] == full[: full.index("5")]
-        assert reply["usage"]["completion_tokens"] < 120
+        assert reply["usage"]["completion_tokens"] < 40
 
 
 def test_stream_framing(client: TestClient) -> None:
@@ -128,7 +128,7 @@ def test_stream_include_usage_moves_usage_to_the_last_chunk(client: TestClient) 
 
 def test_stop_in_stream_is_enforced_with_hold_back(client: TestClient) -> None:
     """OAI-CHAT-21, OAI-STREAM-07: no stop text leaks; generation ends at the match."""
-    body = ask("Count from 1 to 20, one number per line.", temperature=0, max_tokens=120)
+    body = ask("Count from 1 to 20, one number per line.", temperature=0, max_tokens=40)
     full = client.post(CHAT, json=body).json()["choices"][0]["message"]["content"]
     stop = full[full.index("4") : full.index("4") + 3]  # spans a token boundary: "4\n5"
     _, lines = sse_events(client, {**body, "stop": [stop]})
@@ -137,7 +137,7 @@ def test_stop_in_stream_is_enforced_with_hold_back(client: TestClient) -> None:
     assert text == full[: full.index(stop)]
     final = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
     assert final["choices"][0]["finish_reason"] == "stop"
-    assert final["usage"]["completion_tokens"] < 40
+    assert final["usage"]["completion_tokens"] < 30
 
 
 def test_n_choices(client: TestClient) -> None:
