@@ -3,9 +3,10 @@
 ruff format --check, ruff check, the layering check, the codegen and
 published-schema checks, Debian's chromium installed when missing
 (tools/browser.py), then pytest (warnings are errors) with its slowest tests
-listed, and mypy (strict on impl/) beside it: mypy is one thread for about a
-minute, and the tests leave a core idle about a fifth of their time (servers
-starting, streams paced), so running it alongside saves most of that minute.
+listed, and mypy (strict on impl/) beside it at the lowest priority: mypy is one
+thread for about a minute, and the tests leave a core idle about a fifth of their
+time (servers starting, streams paced), so running it alongside saves most of
+that minute without taking a core from a test.
 Stops at the first failing step and exits with its status (mypy's, if the tests
 passed and it failed); every step's wall time is printed as it ends and again,
 as a table, at the end.
@@ -92,7 +93,8 @@ class Beside:
 
     def __init__(self, cmd: list[str]) -> None:
         self._start = time.monotonic()
-        self._process = subprocess.Popen(cmd, cwd=ROOT, env=ENV)
+        # at the lowest priority: it takes the cores' idle time, never the tests' own
+        self._process = subprocess.Popen(cmd, cwd=ROOT, env=ENV, preexec_fn=_lowest)
         self._seconds = 0.0
         self._waiter = threading.Thread(target=self._wait, daemon=True)
         self._waiter.start()
@@ -104,6 +106,10 @@ class Beside:
     def result(self) -> tuple[int, float]:
         self._waiter.join()
         return self._process.returncode, self._seconds
+
+
+def _lowest() -> None:
+    os.nice(19)
 
 
 def _report(took: list[tuple[str, float]], wall: float) -> None:
