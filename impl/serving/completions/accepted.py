@@ -71,8 +71,9 @@ class Accepted:
             size = len(prepared.prompt_ids[prompt])
             self.watch.ended(end.finish_reason, end.completion_tokens, size)
 
-    def finished(self, prepared: Prepared, tally: Tally, source: RequestSource | None) -> None:
-        """The request ended whole: its metrics (the prompt billed, the steering's source)."""
+    def finished(self, prepared: Prepared, tally: Tally, statement: str, rung: str | None) -> None:
+        """The request ended whole: its metrics (the prompt billed, where its steering came
+        from, read off its X-miLLM-Steering `statement` and circuit `rung`)."""
         if self.watch is not None:
-            self.watch.steered(steered.origin(self.request.steering, source))
+            self.watch.steered(steered.origin(self.request.steering, statement, rung))
             self.watch.finished(prepared.prompt_tokens, tally.cached)

@@ -189,12 +189,12 @@ class CompletionService:
             except BaseException as exc:  # the client left, or the generation failed
                 accepted.interrupted(prepared, env.id, exc)
                 raise
-        accepted.finished(prepared, tally, source)
+        statement, rung = steered.header(source), steered.rung(source)
+        accepted.finished(prepared, tally, statement, rung)
         body = env.body(choices, tally.usage(prepared), shapes.fingerprint(prepared.engine.facts))
         if accepted.reading is not None and last is not None:  # only when asked (OAI-ACT-15)
             body["millm"] = accepted.reading.millm(last.captured, prepared)
-        headers = {**headers, **format_header(prepared.tools), hdr.STEERING: steered.header(source)}
-        rung = steered.rung(source)
+        headers = {**headers, **format_header(prepared.tools), hdr.STEERING: statement}
         if rung is not None:  # only when a circuit steered (OAI-RUNG-01, RUNG-09..17)
             headers[hdr.CIRCUIT_RUNG] = rung
         if accepted.probes is not None:  # only while a probe is armed (OAI-PROBE-06)
@@ -314,9 +314,10 @@ class CompletionService:
         except BaseException as exc:  # the client left, or the generation failed
             accepted.interrupted(prepared, request_id, exc)
             raise
-        accepted.finished(prepared, tally, source)
+        statement = steered.header(source)
+        accepted.finished(prepared, tally, statement, steered.rung(source))
         if accepted.probes is not None:  # only while a probe is armed (OAI-PROBE-06)
             yield out.verdicts(await accepted.probes.record())
         if millm is not None:  # the activations, then the steering chunk (open point 19)
             yield out.millm(millm)
-        yield out.last(steered.header(source), tally.usage(prepared))
+        yield out.last(statement, tally.usage(prepared))

@@ -71,14 +71,14 @@ def rung(steering: RequestSource | None) -> str | None:
         return None
 
 
-def origin(ask: SteeringAsk, steering: RequestSource | None) -> str | None:
-    """Where a generation's steering came from, for the metrics: `inline`, `profile`,
-    `circuit` (a circuit's rung applied) or `operator` (the live state); None when nothing
-    steered it (its header is `none`)."""
-    if header(steering) == "none":
+def origin(ask: SteeringAsk, statement: str, rung: str | None) -> str | None:
+    """Where a generation's steering came from, for the metrics, read off its X-miLLM-Steering
+    `statement` and circuit `rung` (`header`, `rung`): `inline`, `profile`, `circuit` (a
+    circuit's rung applied) or `operator` (the live state); None when nothing steered it."""
+    if statement == "none":
         return None
     if ask.inline is not None:
         return "inline"
     if ask.profile is not None:
         return "profile"
-    return "circuit" if rung(steering) is not None else "operator"
+    return "circuit" if rung is not None else "operator"
