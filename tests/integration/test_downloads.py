@@ -27,6 +27,7 @@ from miserver.models.catalog import shipped
 from miserver.settings import Settings
 from tests.conftest import JSON, TIMING, cache_dir
 from tests.events import Events
+from tests.prometheus import samples
 from tools.fakehub import Fault, Hub, serve_hub
 from tools.uvicorn_thread import uvicorn_serving
 
@@ -191,15 +192,8 @@ def test_the_shipped_catalog_lists_real_models_on_the_configured_endpoint(tmp_pa
 
 def downloads_ended(server: Running) -> dict[str, float]:
     """`miserver_downloads_total` by outcome, from /metrics (issue 47)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(f"{server.base}/metrics").text
-    return {
-        s.labels["outcome"]: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "miserver_downloads_total"
-    }
+    found = samples(httpx.get(f"{server.base}/metrics").text, "miserver_downloads_total")
+    return {s.labels["outcome"]: s.value for s in found}
 
 
 def test_a_download_interrupted_three_times_finishes_whole(

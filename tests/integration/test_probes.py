@@ -28,6 +28,7 @@ from miserver.steering.sae import SAE
 from tests.conftest import GGUF_ID, MODEL_ID, SAE_ID, LocalClient, steering_settings
 from tests.engines import direct
 from tests.events import data_of
+from tests.prometheus import samples
 from tools.uvicorn_thread import uvicorn_serving
 
 pytestmark = pytest.mark.model
@@ -529,15 +530,8 @@ def test_every_choice_has_its_own_results(server: TestClient) -> None:
 
 def verdict_counts(server: TestClient) -> dict[tuple[str, str, str], float]:
     """`miserver_probe_verdicts_total` by (probe, outcome, verdict), from /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    counts: dict[tuple[str, str, str], float] = {}
-    for family in text_string_to_metric_families(server.get("/metrics").text):
-        for s in family.samples:
-            if s.name == "miserver_probe_verdicts_total":
-                key = (s.labels["probe"], s.labels["outcome"], s.labels["verdict"])
-                counts[key] = s.value
-    return counts
+    found = samples(server.get("/metrics").text, "miserver_probe_verdicts_total")
+    return {(s.labels["probe"], s.labels["outcome"], s.labels["verdict"]): s.value for s in found}
 
 
 def test_each_recorded_result_is_counted(server: TestClient) -> None:

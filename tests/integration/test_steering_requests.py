@@ -32,6 +32,7 @@ from tests.conftest import (
 )
 from tests.errors import error_of
 from tests.events import data_of
+from tests.prometheus import samples
 
 pytestmark = pytest.mark.model
 
@@ -994,14 +995,8 @@ def test_steering_refusals_come_before_a_stream_starts(
 
 def steered_counts(client: TestClient) -> dict[str, float]:
     """`miserver_steered_requests_total` by source, from /metrics (issue 47)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(client.get("/metrics").text):
-        for s in family.samples:
-            if s.name == "miserver_steered_requests_total":
-                counts[s.labels["source"]] = s.value
-    return counts
+    found = samples(client.get("/metrics").text, "miserver_steered_requests_total")
+    return {s.labels["source"]: s.value for s in found}
 
 
 def test_steered_requests_are_counted_by_source(server: TestClient) -> None:
