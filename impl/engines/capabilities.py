@@ -17,7 +17,7 @@ calls an optional member.
 | `Decider`     | render_split, prefill_choices    | decide                                 |
 | `Embedder`    | embedding_limit, embed           | embeddings                             |
 | `Constrainer` | compile_constraint               | structured_output, tools               |
-| `Steerable`   | steered                          | steering                               |
+| `Steerable`   | steerable_layers                 | steering                               |
 | `Inspectable` | capturing, monitoring, user_span | sae_activations, monitoring            |
 
 `batched_chat` (several conversations in one request, `extra_messages`) goes
@@ -39,7 +39,6 @@ from .base import (
     Engine,
     Scored,
     ScoreQuery,
-    SteeringSource,
 )
 from .monitor import Monitor
 
@@ -123,11 +122,12 @@ class Constrainer(Engine, Protocol):
 
 @runtime_checkable
 class Steerable(Engine, Protocol):
-    """Steering deltas added at forward passes: a generation's `Hooks.steering` is run."""
+    """Steering deltas added at forward passes: a generation's `Hooks.steering` is run, on
+    the serial path and on a row of the batch."""
 
-    def steered(self, source: SteeringSource) -> AbstractContextManager[None]:
-        """Generations started inside the block run under `source`'s steering (what
-        `generate` enters for `Hooks.steering`)."""
+    @property
+    def steerable_layers(self) -> range:
+        """The layers a steering source may add at (an SAE attaches there only)."""
         ...
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import contract
-from ..engines.base import Capability
+from ..engines.capabilities import Steerable
 from ..errors import ApiError, InvalidParameter
 from ..models.manager import ModelManager
 from ..store.profiles import Profile, ProfileError, ProfileNotFound
@@ -143,18 +143,22 @@ class SteeringAdmin:
         if resident is None:
             raise ApiError("no_model", "No model is loaded to attach an SAE to.", "sae_id")
         entry, engine = resident.entry, resident.engine
-        if Capability.STEERING not in engine.capabilities:
+        if not isinstance(engine, Steerable):
             raise InvalidParameter(
                 "sae_id",
                 f"The resident model `{entry.model_id}` runs on {entry.engine}, which cannot be "
-                "steered; SAEs attach to transformers models only.",
+                "steered.",
             )
         facts = engine.facts
         created = self._live.attach(
-            entry.model_id, sae_id, layer, width=facts.d_model, depth=facts.n_layers
+            entry.model_id,
+            sae_id,
+            layer,
+            width=facts.d_model,
+            depth=facts.n_layers,
+            steerable=engine.steerable_layers,
         )
-        sae = self._live.saes.get(sae_id)
-        at = sae.layer if layer is None else layer
+        at = self._live.saes.get(sae_id).layer if layer is None else layer
         return self._change(self._live.find(entry.model_id, sae_id, at)), created
 
     def detach(self, sae_id: str, layer: int, model: str | None) -> dict[str, Any]:

@@ -196,11 +196,19 @@ class LiveSteering:
     # -- operator changes (event loop) ------------------------------------------------
 
     def attach(
-        self, model_id: str, sae_id: str, layer: int | None, *, width: int, depth: int
+        self,
+        model_id: str,
+        sae_id: str,
+        layer: int | None,
+        *,
+        width: int,
+        depth: int,
+        steerable: range | None = None,
     ) -> bool:
         """Attach SAE `sae_id` at `layer` (default: its hook layer); False if it already was.
 
-        `width` and `depth` are the resident model's d_model and layer count.
+        `width` and `depth` are the resident model's d_model and layer count; `steerable`
+        the layers its engine steers (None: every one).
         """
         sae = self._sae(sae_id)
         at = sae.layer if layer is None else layer
@@ -212,6 +220,12 @@ class LiveSteering:
         if not 0 <= at < depth:
             raise InvalidParameter(
                 "layer", f"Layer {at} is outside 0..{depth - 1} of the model `{model_id}`."
+            )
+        if steerable is not None and at not in steerable:
+            raise InvalidParameter(
+                "layer",
+                f"The model `{model_id}` is steered at layers {steerable.start}.."
+                f"{steerable.stop - 1} (its engine's), not layer {at}.",
             )
         if (model_id, sae_id, at) in self._attachments:
             return False

@@ -1,10 +1,11 @@
 """The kit against our own server over real HTTP: uvicorn on loopback, the real SmolLM2.
 
 On the transformers model with the trained SAE attached every extension is
-offered, so every check must pass. On the GGUF model (llama.cpp) steering,
-activations and probes are refused, so those checks must say "not offered", not
-fail; scoring, echo and generations with logprobs are served there too
-(contract 0.17.0, issue 42), so those checks must pass.
+offered, so every check must pass. On the GGUF model (llama.cpp) with the same
+SAE attached, steering by every source is served (contract 0.25.0, issue 46), as
+are scoring, echo and generations with logprobs (contract 0.17.0, issue 42), so
+those checks must pass; activations and probes are refused there, so those
+checks must say "not offered", not fail.
 The kit runs in process (`run`) and once as the `miserver-conformance` script.
 """
 
@@ -39,6 +40,8 @@ GGUF_NOT_OFFERED = {
     "probe_verdicts_reply",
     "probe_verdicts_stream_chunk",
     "probe_trace_context",
+}
+GGUF_STEERING = {  # served on llama.cpp since contract 0.25.0 (issue 46)
     "inline_steering_hash",
     "circuit_rung_header",
     "circuit_member_hash",
@@ -70,6 +73,7 @@ GGUF_LOGPROBS = {  # served on llama.cpp since contract 0.17.0 (issue 42)
 }
 GGUF_CHECKS = [
     *sorted(GGUF_NOT_OFFERED),
+    *sorted(GGUF_STEERING),
     *sorted(GGUF_LOGPROBS),
     "chat_stream_framing",
     "ignored_fields_reported",
@@ -92,17 +96,23 @@ def steering_server(
         model=MODEL_ID,
     )
     with serving(Server(settings)) as origin:
-        attached = httpx.post(f"{origin}/api/steering/attachments", json={"sae_id": SAE_ID})
-        assert attached.status_code in (200, 201), attached.text
-        for path, document in (("/api/circuits", CIRCUIT), ("/api/clusters", CLUSTER)):
-            imported = httpx.post(f"{origin}{path}", json=document)
-            assert imported.status_code == 201, imported.text
-        active = httpx.put(f"{origin}/api/circuits/{CIRCUIT['id']}/active", headers=JSON)
-        assert active.status_code == 200, active.text
+        steer(origin)
         probe = {"path": str(trained_probe), "armed": True}
         imported = httpx.post(f"{origin}/api/probes/import", json=probe)
         assert imported.status_code == 201, imported.text
         yield f"{origin}/v1"
+
+
+def steer(origin: str) -> None:
+    """The trained SAE attached to the resident model, the kit's circuit on it active and its
+    cluster stored."""
+    attached = httpx.post(f"{origin}/api/steering/attachments", json={"sae_id": SAE_ID})
+    assert attached.status_code in (200, 201), attached.text
+    for path, document in (("/api/circuits", CIRCUIT), ("/api/clusters", CLUSTER)):
+        imported = httpx.post(f"{origin}{path}", json=document)
+        assert imported.status_code == 201, imported.text
+    active = httpx.put(f"{origin}/api/circuits/{CIRCUIT['id']}/active", headers=JSON)
+    assert active.status_code == 200, active.text
 
 
 @pytest.fixture(scope="module")
@@ -150,23 +160,27 @@ def test_console_script_passes_our_server(steering_server: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def gguf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The embedded GGUF on llama.cpp; yields the /v1 base URL."""
+def gguf_server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[str]:
+    """The embedded GGUF on llama.cpp, steered as `steering_server` is (no probe); yields the
+    /v1 base URL."""
     settings = Settings(
         threads=ENGINE_THREADS,
         data_dir=tmp_path_factory.mktemp("kit-gguf-data"),
         cache_dir=cache_dir(),
+        saes_dir=saes_dir,
         model=GGUF_MODEL_ID,
     )
     with serving(Server(settings)) as origin:
+        steer(origin)
         yield f"{origin}/v1"
 
 
 def test_gguf_refusals_are_not_offered(gguf_server: str) -> None:
-    """OAI-INL-24, OAI-VALID-17: on GGUF no SAE can attach and no probe is armed, so those
-    checks are "not offered"; scoring, echo and generations with logprobs are served (issue 42:
-    contract 0.17.0 supersedes OAI-SCORE-21 and OAI-CSCORE-23), so their checks pass with the
-    others; exit 0."""
+    """OAI-VALID-17: on GGUF no probe is armed and no activation is read, so those checks are
+    "not offered"; steering by every source (issue 46: contract 0.25.0 supersedes OAI-INL-24),
+    scoring, echo and generations with logprobs (issue 42: contract 0.17.0 supersedes
+    OAI-SCORE-21 and OAI-CSCORE-23) are served, so their checks pass with the others; exit
+    0."""
     report = run(gguf_server, checks=GGUF_CHECKS, max_examples=EXAMPLES)
     assert report.model == GGUF_MODEL_ID
     outcomes = {r.check.name: r.outcome for r in report.results}

@@ -104,24 +104,17 @@ def test_gguf_names_and_bare_repository_refusals(tmp_path: Path, models_dir: Pat
     [
         ("extra_messages", [USER]),
         ("return_sae_activations", {"top_k": 4}),
-        ("profile", "p"),
-        ("steering_intensity", 1),
-        ("steering", {"features": []}),
     ],
-    ids=[
-        "OAI-VALID-17-extra_messages",
-        "OAI-ACT-24",
-        "OAI-VALID-23",
-        "OAI-VALID-23-dial",
-        "OAI-INL-24",
-    ],
+    ids=["OAI-VALID-17-extra_messages", "OAI-ACT-24"],
 )
 def test_gguf_column_refusals_come_before_any_load(
     bare_client: TestClient, field: str, value: Any
 ) -> None:
     """OAI-VALID-15, OAI-VALID-16, OAI-GGUF-01: GGUF refusals with field_not_honoured, no load.
     (`logprobs`, `top_logprobs` and `allowed_token_ids` are served on GGUF since contract
-    0.17.0: OAI-SCORE-21 and OAI-VALID-17's GGUF refusal are superseded, docs/DECISIONS.md.)"""
+    0.17.0: OAI-SCORE-21 and OAI-VALID-17's GGUF refusal are superseded; `steering`,
+    `profile` and `steering_intensity` since contract 0.25.0: OAI-INL-24 and OAI-VALID-23's
+    are, docs/DECISIONS.md.)"""
     response = bare_client.post("/v1/chat/completions", json=chat(GGUF_ID, **{field: value}))
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "field_not_honoured"

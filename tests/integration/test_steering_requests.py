@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 import torch
@@ -20,9 +19,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.engines.base import ChatPrompt
 from miserver.steering import steering_set_hash
-from miserver.steering.header import parse
 from tests.conftest import (
-    GGUF_ID,
     JSON,
     MODEL_ID,
     OTHER_SAE_ID,
@@ -33,17 +30,35 @@ from tests.conftest import (
 from tests.errors import error_of
 from tests.events import data_of
 from tests.prometheus import samples
+from tests.steering_http import (
+    LAYER,
+    STEERING,
+    STORED,
+    USER,
+    activate,
+    activate_raw,
+    attach,
+    features,
+    inline,
+    inline_value,
+    manual_value,
+    profile_path,
+    profile_value,
+    put_profile,
+    reset,
+    set_values,
+    state,
+    steering_of,
+    text,
+    values_path,
+)
 
 pytestmark = pytest.mark.model
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-LAYER = 12  # the SAE's hook layer
 D_SAE = 2048
-STEERING = "X-miLLM-Steering"
 SINT = "X-miLLM-Steering-Intensity"
-USER = [{"role": "user", "content": "Tell me about your favourite place."}]
-STORED = {3: 40.0, 17: -12.5}  # a profile's stored strengths (×2 stays inside ±200)
 UNICODE_NAME = 'Häppy ☀ 100% "x"'
 UNICODE_WIRE = "H%C3%A4ppy %E2%98%80 100%25 %22x%22"  # OAI-GRAM-18
 
@@ -57,17 +72,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator
     settings = steering_settings(tmp_path_factory.mktemp("steer") / "data", saes_dir)
     with LocalClient(Server(settings), raise_server_exceptions=False) as client:
         yield client
-
-
-def reset(client: TestClient) -> None:
-    """No active profile, nothing attached, no profile stored."""
-    assert client.put("/api/steering/active-profile", json={"name": None}).status_code == 200
-    for a in client.get("/api/steering").json()["attachments"]:
-        assert client.delete(
-            f"/api/steering/attachments/{a['sae_id']}/{a['layer']}", headers=JSON
-        ).is_success
-    for p in client.get("/api/profiles").json()["data"]:
-        assert client.delete(profile_path(p["name"]), headers=JSON).status_code == 200
 
 
 @pytest.fixture(autouse=True)
@@ -108,117 +112,6 @@ def strong(server: TestClient) -> int:
 def chat(client: TestClient, **extra: Any) -> Any:
     body = {"model": MODEL_ID, "messages": USER, "max_tokens": 8, "temperature": 0, **extra}
     return client.post(CHAT, json=body)
-
-
-def text(response: Any) -> str:
-    assert response.status_code == 200, response.text
-    return str(response.json()["choices"][0]["message"]["content"])
-
-
-def steering_of(response: Any) -> str:
-    """X-miLLM-Steering of a 200, checked against the grammar (OAI-GRAM-01)."""
-    assert response.status_code == 200, response.text
-    [value] = response.headers.get_list(STEERING)  # one header per request (OAI-INL-28)
-    parse(value)
-    return str(value)
-
-
-def features(pairs: dict[int, float]) -> list[dict[str, Any]]:
-    return [{"index": i, "strength": s} for i, s in pairs.items()]
-
-
-def inline(pairs: dict[int, float], sae_id: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"features": features(pairs)}
-    if sae_id is not None:
-        body["sae_id"] = sae_id
-    return body
-
-
-def attach(client: TestClient, sae_id: str = SAE_ID, layer: int | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = (
-        {"sae_id": sae_id} if layer is None else {"sae_id": sae_id, "layer": layer}
-    )
-    response = client.post("/api/steering/attachments", json=body)
-    assert response.status_code in (200, 201), response.text
-    return dict(response.json())
-
-
-def values_path(sae_id: str = SAE_ID, layer: int = LAYER) -> str:
-    return f"/api/steering/attachments/{sae_id}/{layer}/features"
-
-
-def set_values(
-    client: TestClient, pairs: dict[int, float], sae_id: str = SAE_ID, layer: int = LAYER
-) -> dict[str, Any]:
-    response = client.put(values_path(sae_id, layer), json={"features": features(pairs)})
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def profile_path(name: str) -> str:
-    return f"/api/profiles/{quote(name, safe='')}"
-
-
-def put_profile(
-    client: TestClient,
-    name: str,
-    pairs: dict[int, float] | None = None,
-    sae_id: str = SAE_ID,
-    layer: int = LAYER,
-    **extra: Any,
-) -> Any:
-    body = {"sae_id": sae_id, "layer": layer, "features": features(pairs or STORED), **extra}
-    return client.put(profile_path(name), json=body)
-
-
-def activate_raw(client: TestClient, name: str | None) -> Any:
-    return client.put("/api/steering/active-profile", json={"name": name})
-
-
-def activate(client: TestClient, name: str | None) -> dict[str, Any]:
-    response = activate_raw(client, name)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def state(client: TestClient) -> dict[str, Any]:
-    return dict(client.get("/api/steering").json())
-
-
-def applied(pairs: dict[int, float], scale: float = 1.0) -> dict[int, float]:
-    """What the hook applies: clamp(strength × scale, ±200), zeros dropped (OAI-HASH-03..06)."""
-    out = {i: max(-200.0, min(200.0, s * scale)) for i, s in pairs.items()}
-    return {i: s for i, s in out.items() if s != 0.0}
-
-
-def sae_params(sae_id: str, layer: int, pairs: dict[int, float], scale: float = 1.0) -> str:
-    hashed = steering_set_hash(sae_id, list(applied(pairs, scale).items()))
-    return f'sae="{sae_id}";layer={layer};features={len(applied(pairs, scale))};hash="{hashed}"'
-
-
-def inline_value(
-    pairs: dict[int, float], sae_id: str = SAE_ID, layer: int = LAYER, clamped: int = 0
-) -> str:
-    tail = f";clamped={clamped}" if clamped else ""
-    return f"inline;{sae_params(sae_id, layer, pairs)}{tail}"
-
-
-def manual_value(
-    pairs: dict[int, float], sae_id: str = SAE_ID, layer: int = LAYER, scale: float = 1.0
-) -> str:
-    return f"manual;{sae_params(sae_id, layer, pairs, scale)}"
-
-
-def profile_value(
-    wire_name: str,
-    source: str,
-    lam: float,
-    pairs: dict[int, float] = STORED,
-    sae_id: str = SAE_ID,
-    layer: int = LAYER,
-) -> str:
-    head = f'profile;name="{wire_name}";source={source};intensity="{lam!r}"'
-    return f"{head};{sae_params(sae_id, layer, pairs, lam)}"
 
 
 # -- management API ----------------------------------------------------------------------
@@ -659,25 +552,6 @@ def test_inline_without_sae_id_is_ambiguous(
     )
     for sae_id, layer in attachments:
         assert f"({sae_id}, layer {layer})" in error["message"], error["message"]
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [{"steering": inline({1: 1.0})}, {"profile": "p"}, {"steering_intensity": 0.5}],
-    ids=["OAI-INL-24", "profile", "steering_intensity"],
-)
-def test_steering_on_a_gguf_model_is_refused_before_any_load(
-    server: TestClient, extra: dict[str, Any]
-) -> None:
-    """OAI-INL-24, OAI-ERR-10: 400 naming the field; the resident model stays, no switch."""
-    attach(server)
-    put_profile(server, "p")
-    body = {"model": GGUF_ID, "messages": USER, "max_tokens": 8, **extra}
-    error_of(server.post(CHAT, json=body), 400, "field_not_honoured", next(iter(extra)))
-    manager = server.app.state.manager  # type: ignore[attr-defined]
-    assert manager.resident.entry.model_id == MODEL_ID and not manager.switching
-    states = {m["id"]: m["state"] for m in server.get("/v1/models").json()["data"]}
-    assert states == {MODEL_ID: "LOADED", GGUF_ID: "READY"}
 
 
 def test_multi_prompt_completions_carry_one_steering_state(server: TestClient) -> None:

@@ -135,16 +135,22 @@ def test_chat_template_kwargs_is_reported_on_gguf() -> None:
     assert review("chat", body, "gguf", frozenset()) == ["chat_template_kwargs"]
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [("steering", {}), ("extra_messages", [USER])],
-    ids=["OAI-VALID-24", "OAI-VALID-17-extra_messages"],
-)
-def test_gguf_column_refuses(field: str, value: Any) -> None:
-    """OAI-VALID-15: the GGUF column of the matrix refuses steering and batched chat."""
+def test_gguf_column_refuses_batched_chat() -> None:
+    """OAI-VALID-15, OAI-VALID-17: the GGUF column of the matrix refuses batched chat."""
+    body = {"model": "m", "messages": USER, "extra_messages": [USER]}
     with pytest.raises(FieldNotHonoured) as info:
-        review("chat", {"model": "m", "messages": USER, field: value}, "gguf", LLAMACPP_CAPS)
-    assert info.value.param == field
+        review("chat", body, "gguf", LLAMACPP_CAPS)
+    assert info.value.param == "extra_messages"
+
+
+@pytest.mark.parametrize("field", ["steering", "profile", "steering_intensity"])
+def test_gguf_column_honours_steering(field: str) -> None:
+    """Issue 46 (contract 0.25.0 supersedes OAI-VALID-24's and OAI-INL-24's GGUF refusal):
+    llama.cpp steers, so the steering fields are honoured on GGUF: neither refused nor
+    reported."""
+    value: Any = {"features": [{"index": 1, "strength": 1.0}]} if field == "steering" else 1
+    body = {"model": "m", "messages": USER, field: value}
+    assert review("chat", body, "gguf", LLAMACPP_CAPS) == []
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,14 @@ sequence:
 - `leave` frees the row's sequence; its KV stays for the next row that shares
   its prefix.
 
+Steering (issue 46) is the context's control vector (steering.py), one per
+decode: a step decodes the ready rows in groups that add the same vectors,
+each group one decode under its vector (rows unsteered are a group too), and
+a prefill runs each group's tokens apart in the same way. Every row reads its
+source once a pass, as a transformers hook does. A sequence's KV is kept with
+the steering state it was computed under, and is reused (or cached, restored)
+only for a prompt under the same state.
+
 One step must be one forward pass. With a KV stream per sequence, llama.cpp
 cuts a batch into micro-batches wherever a token's sequence id is not the
 previous one's plus one (`split_equal`, sequential), and each micro-batch
@@ -46,20 +54,21 @@ Everything runs in the engine's one worker thread; nothing here is locked.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals
 
-from ..base import SamplingParams, Token
+from ..base import SamplingParams, SteeringSource, Token
 from ..grammar import Mask
 from ..prompt_cache import PromptCache
 from ..rows import prefill_limit, prompt_row
 from .batches import put
 from .sampling import Logits, Picking
 from .states import States
+from .steering import MIXED, ControlVector, Vectors, key_of, same, vectors_of
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -74,6 +83,8 @@ class Row:
     picking: Picking  # its penalties, bias, grammar, sampler and logprobs (sampling.py)
     cached: int = 0  # prompt tokens its sequence already held
     open: bool = True
+    steering: SteeringSource | None = None
+    key: Hashable = ()  # the steering state its KV is computed under (MIXED: more than one)
 
     @property
     def ready(self) -> bool:
@@ -89,6 +100,7 @@ class Joining:
     params: SamplingParams
     seed: int | None = None
     guide: Mask | None = None
+    steering: SteeringSource | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +108,15 @@ class _Sequence:
     held: list[int] = field(default_factory=list)
     used: int = 0  # when it was last taken, for least-recently-used reuse
     row: Row | None = None  # the row decoding on it; None while free
+    key: Hashable = ()  # the steering state `held` was computed under
+
+
+@dataclass(slots=True)
+class _Group:
+    """Rows a pass runs together: they add the same steering vectors."""
+
+    vectors: Vectors
+    rows: list[Row] = field(default_factory=list)
 
 
 class Rows:
@@ -118,6 +139,8 @@ class Rows:
         params.embeddings = False
         self._context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         self._ctx = self._context.ctx
+        n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
+        self._cvec = ControlVector(self._ctx, int(llama.n_embd()), n_layer)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
         self._logits = Logits(self._ctx, int(llama.n_vocab()))
@@ -151,11 +174,11 @@ class Rows:
         try:
             left = list(range(len(joiners)))
             while left:
-                i = self._next_joiner(left, prompts)
+                i = self._next_joiner(left, prompts, joiners)
                 left.remove(i)
-                seq, kept = self._take(prompts[i])
                 joiner = joiners[i]
-                made = self._row(seq, prompts[i], kept, joiner.params, joiner.seed, joiner.guide)
+                seq, kept = self._take(prompts[i], key_of(joiner.steering))
+                made = self._row(seq, prompts[i], kept, joiner)
                 self._sequences[seq].row = made  # busy now: the next one takes an end beside it
                 rows[i] = made
             if not busy:  # no row waits for this prefill; in sequence order, few micro-batches
@@ -167,10 +190,13 @@ class Rows:
                     row.picking.close()
                     self._sequences[row.seq].row = None
                     self._sequences[row.seq].held = row.held[: row.cached]
+                    self._sequences[row.seq].key = row.key
             raise
         return [row for row in rows if row is not None]
 
-    def _next_joiner(self, left: list[int], prompts: list[list[int]]) -> int:
+    def _next_joiner(
+        self, left: list[int], prompts: list[list[int]], joiners: Sequence[Joining]
+    ) -> int:
         """Which of the prompts `left` takes its sequence next: of those whose best kept
         prefix lies at an end of the busy block, the one that keeps most (it takes that
         sequence as it is, copying no KV); when none does, the first."""
@@ -178,29 +204,24 @@ class Rows:
         free = [n for n, s in enumerate(self._sequences) if s.row is None]
         best: tuple[int, int] | None = None  # (kept, -i)
         for i in left:
-            kept = {n: self._shared(n, prompts[i]) for n in free}
+            key = key_of(joiners[i].steering)
+            kept = {n: self._shared(n, prompts[i], key) for n in free}
             at_end = max(kept[n] for n in ends)
             if at_end == max(kept.values()) and (best is None or (at_end, -i) > best):
                 best = (at_end, -i)
         return left[0] if best is None else -best[1]
 
-    def _row(
-        self,
-        seq: int,
-        ids: list[int],
-        kept: int,
-        params: SamplingParams,
-        seed: int | None,
-        guide: Mask | None,
-    ) -> Row:
+    def _row(self, seq: int, ids: list[int], kept: int, joiner: Joining) -> Row:
         return Row(
             seq=seq,
             held=ids[:kept],
             todo=ids[kept:],
             last=Token(token_id=-1, eos=False),
-            budget=min(params.max_tokens, self.window - len(ids)),
-            picking=Picking(params, seed, guide),
+            budget=min(joiner.params.max_tokens, self.window - len(ids)),
+            picking=Picking(joiner.params, joiner.seed, joiner.guide),
             cached=kept,
+            steering=joiner.steering,
+            key=self._sequences[seq].key,
         )
 
     def step(self, rows: Sequence[Row]) -> None:
@@ -212,14 +233,14 @@ class Rows:
         self._compact()
         ready = sorted((r for r in rows if r.ready), key=lambda r: r.seq)  # one micro-batch
         waiting = [r for r in rows if not r.ready]
-        if ready:
+        for group in self._groups(ready):  # one decode for rows steered alike
             batch = self._batch
-            for i, row in enumerate(ready):
+            for i, row in enumerate(group.rows):
                 token = row.last.token_id
                 put(batch, i, token, len(row.held), row.seq, True)
-            batch.n_tokens = len(ready)
-            self._decode()
-            for i, row in enumerate(ready):
+            batch.n_tokens = len(group.rows)
+            self._decode(group.vectors)
+            for i, row in enumerate(group.rows):
                 row.picking.took(row.last.token_id)
                 row.held.append(row.last.token_id)
                 row.last = self._pick(row, i)
@@ -234,6 +255,8 @@ class Rows:
         row.picking.close()
         sequence = self._sequences[row.seq]
         sequence.held, sequence.row = row.held, None
+        mixed = row.steering is not None and row.steering.mixed()
+        sequence.key = MIXED if mixed else row.key
         # a hole left inside the block is filled by a joiner, or at the next step (`_compact`):
         # rows that end in the same step leave one by one, and none of them moves
 
@@ -272,27 +295,31 @@ class Rows:
             self._move(busy[-1], hole)
             busy = self._busy()
 
-    def _shared(self, n: int, ids: list[int]) -> int:
-        """How many of `ids` sequence `n` holds (at most all but the last)."""
+    def _shared(self, n: int, ids: list[int], key: Hashable) -> int:
+        """How many of `ids` sequence `n` holds (at most all but the last) computed under the
+        steering state `key` (none under another)."""
+        if self._sequences[n].key != key:
+            return 0
         held = self._sequences[n].held
         limit = min(len(held), len(ids) - 1)
         differ = np.flatnonzero(np.asarray(held[:limit]) != np.asarray(ids[:limit]))
         return int(differ[0]) if differ.size else int(limit)
 
-    def _take(self, ids: list[int]) -> tuple[int, int]:
+    def _take(self, ids: list[int], key: Hashable) -> tuple[int, int]:
         """A free sequence for `ids` and how many of them its KV keeps (at most all but the
         last, so the last is run and its logits are fresh). The free sequence that shares
         most (the least recently used among equals) lends its KV to an end of the block
         when it is not one; when the prompt cache holds a longer prefix than any free
         sequence, it is restored there instead (states.py). What the taken sequence drops
-        is saved to the prompt cache first (a copy's target is saved by `_copy`)."""
+        is saved to the prompt cache first (a copy's target is saved by `_copy`). Only KV
+        computed under the prompt's steering state `key` is kept or restored."""
         ends = self._ends()
         if not ends:
             raise RuntimeError("every row of the batch is taken")
         sequences = self._sequences
 
         def shared(n: int) -> int:
-            return self._shared(n, ids)
+            return self._shared(n, ids, key)
 
         def rank(n: int) -> tuple[int, int]:
             return shared(n), -sequences[n].used
@@ -302,9 +329,10 @@ class Rows:
         lender = max(free, key=rank)
         states = None if n in self._copying else self._states
         if states is not None:
-            restored = states.restore(n, ids, shared(lender), sequences[n].held)
+            held = sequences[n]
+            restored = states.restore(n, ids, shared(lender), held.held, key, held.key)
             if restored is not None:
-                sequences[n].used, sequences[n].held = next(self._clock), restored
+                held.used, held.held, held.key = next(self._clock), restored, key
                 return n, len(restored)
         if shared(lender) > shared(n):
             spares = [m for m in free if m not in (n, lender)]
@@ -312,12 +340,13 @@ class Rows:
                 self._copy(n, min(spares, key=lambda m: sequences[m].used))
             self._copy(lender, n)
         elif states is not None and shared(n) < len(sequences[n].held):
-            states.save(n, sequences[n].held)  # what it drops stays in the prompt cache
+            states.save(n, sequences[n].held, sequences[n].key)  # it stays in the prompt cache
         kept = shared(n)
         if not llama_cpp.llama_memory_seq_rm(self._memory, n, kept, -1):
             llama_cpp.llama_memory_seq_rm(self._memory, n, -1, -1)
             kept = 0
         sequences[n].used, sequences[n].held = next(self._clock), ids[:kept]
+        sequences[n].key = key
         return n, kept
 
     def _copy(self, source: int, target: int) -> None:
@@ -325,18 +354,18 @@ class Rows:
         decode, copies in the order made); `source` keeps its own. What `target` held is
         saved to the prompt cache first."""
         if self._states is not None and target not in self._copying:
-            self._states.save(target, self._sequences[target].held)
+            self._states.save(target, self._sequences[target].held, self._sequences[target].key)
         llama_cpp.llama_memory_seq_cp(self._memory, source, target, -1, -1)
         self._copying |= {source, target}
         copied, original = self._sequences[target], self._sequences[source]
-        copied.held, copied.used = list(original.held), original.used
+        copied.held, copied.used, copied.key = list(original.held), original.used, original.key
 
     def _move(self, source: int, target: int) -> None:
         """The row on `source` goes on to free `target`, its KV with it; `source` is left
         free, holding what the row held so far."""
         row = self._sequences[source].row
         assert row is not None
-        self._sequences[source].held = list(row.held)
+        self._sequences[source].held, self._sequences[source].key = list(row.held), row.key
         self._copy(source, target)
         self._sequences[target].row, self._sequences[source].row = row, None
         self._sequences[target].used = next(self._clock)
@@ -352,26 +381,55 @@ class Rows:
         base = {id(row): len(row.held) for row in rows}  # where each row's todo starts
         ran = dict.fromkeys(base, 0)  # how many of each row's todo ran
         try:
-            for start in range(0, len(tokens), self._n_batch):
-                chunk = tokens[start : start + self._n_batch]
-                ends: list[tuple[Row, int]] = []
-                for i, (row, j) in enumerate(chunk):
-                    last = j == len(row.todo) - 1
-                    put(self._batch, i, row.todo[j], base[id(row)] + j, row.seq, last)
-                    if last:
-                        ends.append((row, i))
-                self._batch.n_tokens = len(chunk)
-                self._decode()
-                for row, j in chunk:
-                    ran[id(row)] = j + 1
-                    row.held.append(row.todo[j])
-                for row, i in ends:
-                    row.last = self._pick(row, i)
+            for group in self._groups(list(dict.fromkeys(row for row, _ in tokens))):
+                members = {id(row) for row in group.rows}
+                part = [(row, j) for row, j in tokens if id(row) in members]
+                for start in range(0, len(part), self._n_batch):
+                    self._prefill_chunk(part[start : start + self._n_batch], base, ran, group)
         finally:
             for row in rows:
                 row.todo = row.todo[ran[id(row)] :]
 
-    def _decode(self) -> None:
+    def _prefill_chunk(
+        self,
+        chunk: list[tuple[Row, int]],
+        base: dict[int, int],
+        ran: dict[int, int],
+        group: _Group,
+    ) -> None:
+        """One batch of prompt tokens (row, index in its todo) of rows steered alike."""
+        ends: list[tuple[Row, int]] = []
+        for i, (row, j) in enumerate(chunk):
+            last = j == len(row.todo) - 1
+            put(self._batch, i, row.todo[j], base[id(row)] + j, row.seq, last)
+            if last:
+                ends.append((row, i))
+        self._batch.n_tokens = len(chunk)
+        self._decode(group.vectors)
+        for row, j in chunk:
+            ran[id(row)] = j + 1
+            row.held.append(row.todo[j])
+        for row, i in ends:
+            row.last = self._pick(row, i)
+
+    def _groups(self, rows: Sequence[Row]) -> list[_Group]:
+        """`rows`, in order, parted by the vectors each adds in this pass (read now, as a
+        hook reads them); a row whose steering state moved since its KV began holds MIXED
+        KV from here on."""
+        groups: list[_Group] = []
+        for row in rows:
+            vectors = vectors_of(row.steering)
+            if row.steering is not None and key_of(row.steering) != row.key:
+                row.key = MIXED
+            group = next((g for g in groups if same(g.vectors, vectors)), None)
+            if group is None:
+                group = _Group(vectors)
+                groups.append(group)
+            group.rows.append(row)
+        return groups
+
+    def _decode(self, vectors: Vectors) -> None:
+        self._cvec.set(vectors)
         status = llama_cpp.llama_decode(self._ctx, self._batch)
         self._copying.clear()  # a decode applies the copies first
         if status != 0:

@@ -30,7 +30,7 @@ token, so its logits never depend on what an earlier request left.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import NoReturn
 
@@ -38,12 +38,13 @@ import llama_cpp
 import numpy as np
 import torch
 
-from ..base import Logprobs, Scored, ScoreQuery, Token
+from ..base import Logprobs, Scored, ScoreQuery, SteeringSource, Token
 from ..logprobs import of_rows, scored
 from ..prompt_cache import PromptCache
 from .batches import fill
 from .sampling import Logits, Picking
 from .states import States
+from .steering import MIXED, NONE, ControlVector, key_of, vectors_of
 
 
 def eog_ids(llama: llama_cpp.Llama) -> tuple[int, ...]:
@@ -70,6 +71,9 @@ class Context:
         fill(self._one, [0], 0, 0, 0)  # a step rewrites only its token and position
         self._one_token, self._one_pos = self._one.token, self._one.pos  # ctypes pointers
         self._states = None if cache is None or not cache.enabled else States(self._ctx, cache, 1)
+        n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
+        self._cvec = ControlVector(self._ctx, int(llama.n_embd()), n_layer)
+        self._key: Hashable = ()  # the steering state the held KV was computed under
 
     @property
     def window(self) -> int:
@@ -87,14 +91,26 @@ class Context:
             raise RuntimeError("the llama.cpp context is closed")
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token_id))
 
-    def hold(self, ids: Sequence[int], owner: object, reuse: bool = True) -> int:
-        """Make the KV cache hold exactly `ids`; returns how many were reused (with
-        `reuse` false, none but the owner's own sequence, one step ago)."""
+    def hold(
+        self,
+        ids: Sequence[int],
+        owner: object,
+        reuse: bool = True,
+        steering: SteeringSource | None = None,
+    ) -> int:
+        """Make the KV cache hold exactly `ids`, what runs now steered by `steering`
+        (steering.py); returns how many were reused (with `reuse` false, none but the
+        owner's own sequence, one step ago). KV computed under another steering state is
+        never reused."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         llama = self.llama
         n = llama.n_tokens
+        self._cvec.set(vectors_of(steering))
+        key = key_of(steering)
         if self._owner is owner and n == len(ids) - 1:  # the owner's next token: the common case
+            if key != self._key:  # the state moved mid-generation: its KV mixes two
+                self._key = MIXED
             token = ids[-1]
             self._one_token[0], self._one_pos[0] = token, n
             status = llama_cpp.llama_decode(self._ctx, self._one)
@@ -103,25 +119,28 @@ class Context:
             llama.input_ids[n] = token
             llama.n_tokens = n + 1
             return n
-        reused = self._take_prefix(ids if reuse else ())
+        reused = self._take_prefix(ids if reuse else (), key)
         self._owner = owner
         self._prefill(ids, reused)
         return reused
 
-    def _take_prefix(self, ids: Sequence[int]) -> int:
-        """Keep what the cache shares with `ids` (nothing for no ids), or restore a longer
-        prefix from the prompt cache (states.py); what the KV drops is saved there first.
-        The count kept."""
-        states, llama = self._states, self.llama
+    def _take_prefix(self, ids: Sequence[int], key: Hashable = ()) -> int:
+        """Keep what the cache shares with `ids` (nothing for no ids, nor when it was computed
+        under another steering state than `key`), or restore a longer prefix computed under
+        `key` from the prompt cache (states.py); what the KV drops is saved there first,
+        under its own state. The count kept; the KV is `key`'s from here on."""
+        states, llama, held_key = self._states, self.llama, self._key
+        own = ids if key == held_key else ()
+        self._key = key
         if states is None:
-            return self._keep_prefix(ids)
+            return self._keep_prefix(own)
         held = [int(i) for i in llama.input_ids[: llama.n_tokens]]
-        kept = self._common(ids)
-        restored = states.restore(0, ids, kept, held) if ids else None
+        kept = self._common(own)
+        restored = states.restore(0, ids, kept, held, key, held_key) if ids else None
         if restored is None:
             if kept < len(held):
-                states.save(0, held)
-            return self._keep_prefix(ids)
+                states.save(0, held, held_key)
+            return self._keep_prefix(own)
         llama.input_ids[: len(restored)] = restored
         llama.n_tokens = len(restored)
         return len(restored)
@@ -151,6 +170,15 @@ class Context:
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         return self._keep_prefix(ids)
+
+    def unsteer(self) -> None:
+        """What runs next is unsteered (a decision, an embedding, under the lock): the control
+        vector cleared, and KV computed under steering dropped."""
+        if self._closed:
+            raise RuntimeError("the llama.cpp context is closed")
+        self._cvec.set(NONE)
+        if self._key != ():
+            self._take_prefix((), ())
 
     def forget_owner(self) -> None:
         """Someone else (a decision) changed the cache: the next generation step re-holds."""
@@ -183,14 +211,18 @@ class Context:
             raise RuntimeError("the llama.cpp context is closed")
         return picking.pick(self._logits, -1, self.vocab)
 
-    def hold_scored(self, ids: Sequence[int], owner: object, k: int) -> list[Logprobs]:
-        """Make the KV cache hold exactly `ids`, all of them run now with every position's
-        logits kept: each id after the first gets its log-probability and its `k` best
-        (engines/logprobs.py), read chunk by chunk as each batch is decoded."""
+    def hold_scored(
+        self, ids: Sequence[int], owner: object, k: int, steering: SteeringSource | None = None
+    ) -> list[Logprobs]:
+        """Make the KV cache hold exactly `ids`, all of them run now (steered by `steering`)
+        with every position's logits kept: each id after the first gets its log-probability
+        and its `k` best (engines/logprobs.py), read chunk by chunk as each batch is
+        decoded."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         llama, batch = self.llama, self._batch
-        self._take_prefix(())
+        self._cvec.set(vectors_of(steering))
+        self._take_prefix((), key_of(steering))
         self._owner = owner
         llama._ctx.kv_cache_seq_rm(-1, 0, -1)
         out: list[Logprobs] = []

@@ -54,6 +54,7 @@ def prefill_choices(
     llama = context.llama
     ids = list(prompt_ids)
     with context.lock:
+        context.unsteer()  # a decision is never steered (LOC-DECIDE)
         started = time.perf_counter()
         reused = _restore(context, kept, ids, reuse=reuse)
         restore_s = time.perf_counter() - started

@@ -16,14 +16,15 @@ before the chain), and the guide advances by each token picked
 (`sampling.Picking`). With `prompt_logprobs` (echo) the whole prompt runs
 again with every position's logits kept (`Context.hold_scored`), and the
 `Prefilled` carries the prompt's log-probabilities; `max_tokens` 0 then
-generates nothing.
+generates nothing. With `steering`, every forward pass (the prefill and each
+step) runs under its control vector (steering.py), read at each pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
-from ..base import Logprobs, Prefilled, SamplingParams, Token
+from ..base import Logprobs, Prefilled, SamplingParams, SteeringSource, Token
 from ..grammar import Mask
 from .context import Context
 from .sampling import Picking
@@ -36,6 +37,7 @@ def decode(
     *,
     seed: int | None = None,
     guide: Mask | None = None,
+    steering: SteeringSource | None = None,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield one `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOG."""
     sequence = [int(i) for i in prompt_ids]
@@ -55,9 +57,9 @@ def decode(
         prompt: tuple[Logprobs, ...] = ()
         with context.lock:  # the first token is picked with the prefill, under one lock
             if echo is None:
-                cached = context.hold(sequence, me, reuse)
+                cached = context.hold(sequence, me, reuse, steering)
             else:
-                cached, prompt = 0, tuple(context.hold_scored(sequence, me, echo))
+                cached, prompt = 0, tuple(context.hold_scored(sequence, me, echo, steering))
             token = context.pick(picking) if budget > 0 else None
         yield Prefilled(cached_tokens=cached, prompt_logprobs=prompt)
         for left in range(budget, 0, -1):
@@ -68,7 +70,7 @@ def decode(
             sequence.append(token.token_id)
             picking.took(token.token_id)
             with context.lock:
-                context.hold(sequence, me, reuse)
+                context.hold(sequence, me, reuse, steering)
                 token = context.pick(picking)
     finally:
         picking.close()

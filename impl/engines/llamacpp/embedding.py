@@ -29,6 +29,7 @@ def embed(context: Context, inputs: Sequence[Sequence[int]]) -> np.ndarray:
     width = int(llama.n_embd())
     out = np.empty((len(inputs), width), dtype=np.float32)
     with context.lock:
+        context.unsteer()  # an embedding is never steered
         ctx = llama._ctx
         llama_cpp.llama_set_embeddings(ctx.ctx, True)
         try:

@@ -40,14 +40,15 @@ from .context import Context
 from .deciding import KeptPrefix
 from .decoding import check_ids, decode
 from .sampling import Seeds, new_rng
+from .steering import check_layers
 
 logger = logging.getLogger(__name__)
 
 
 class LlamaCppEngine:
     """A GGUF model in one llama.cpp context, whose KV cache is kept across requests: a
-    `Scorer`, `Decider`, `Embedder` and `Constrainer` (engines/capabilities.py). It runs no
-    hooks: nothing steers it or reads its layers."""
+    `Scorer`, `Decider`, `Embedder`, `Constrainer` and `Steerable` (engines/capabilities.py).
+    A generation's steering runs as the context's control vector (steering.py)."""
 
     scoring_precisions = frozenset({"native"})  # no float32 copy of a quantized model (OAI-F32)
 
@@ -103,6 +104,11 @@ class LlamaCppEngine:
     def template(self) -> chat.ChatTemplate:
         return self._template
 
+    @property
+    def steerable_layers(self) -> range:
+        """Layers 1..n-1: llama.cpp's control vector has no slot for layer 0 (steering.py)."""
+        return range(1, self._facts.n_layers)
+
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Ids of `text`; special-token text becomes special tokens (as in transformers)."""
         llama = self.context.llama
@@ -153,19 +159,31 @@ class LlamaCppEngine:
         hooks: Hooks = NO_HOOKS,
     ) -> Generator[Prefilled | Token, None, None]:
         """A seeded `rng` (from `new_rng`) gives each choice the next seed and a full prefill;
-        a constraint masks every step with a fresh grammar state. Hooks are refused."""
+        a constraint masks every step with a fresh grammar state; every pass runs under the
+        hooks' steering. A monitor or a capture is refused."""
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
-        _refuse(hooks)
+        self.check_hooks(hooks)
         guide = self.grammars.mask(params, self.decode)
         seed = None if rng is None else rng.next()
-        return decode(self.context, prompt_ids, params, seed=seed, guide=guide)
+        return decode(
+            self.context, prompt_ids, params, seed=seed, guide=guide, steering=hooks.steering
+        )
+
+    def check_hooks(self, hooks: Hooks) -> None:
+        """Refuse what this engine cannot run (ValueError): a steering layer with no control
+        vector slot, a monitor or a capture (the field matrix refuses them first)."""
+        check_layers(hooks.steering, self._facts.n_layers)
+        if hooks.monitor is not None:
+            raise ValueError("the llama.cpp engine reads no residual stream for probes")
+        if hooks.capture is not None:
+            raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")
 
     def score(
         self, prompt_ids: Sequence[int], query: ScoreQuery, capture: Capture | None = None
     ) -> Scored:
-        """One pass over the whole prompt, unsteered (nothing steers this engine); a capture
-        is refused (OAI-ACT-24)."""
+        """One pass over the whole prompt, unsteered (OAI-SCORE-33); a capture is refused
+        (OAI-ACT-24)."""
         if capture is not None:
             raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")
         if query.precision != "native":
@@ -273,9 +291,10 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         return [joined[i] for i in range(len(joiners))]
 
     def _joining(self, joiner: Joiner) -> Joining:
-        """What `Rows` takes for a joiner: its grammar and seed made as the serial path makes
-        them; refused if it has hooks, or holds an id out of the vocabulary."""
-        _refuse(joiner.hooks)
+        """What `Rows` takes for a joiner: its grammar, seed and steering as the serial path
+        makes them; refused if it has hooks the engine cannot run, or holds an id out of the
+        vocabulary."""
+        self._engine.check_hooks(joiner.hooks)
         if joiner.params.prompt_logprobs is not None:
             raise ValueError("a row reports no prompt logprobs: echo runs on the serial path")
         rng = joiner.rng
@@ -284,18 +303,7 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         check_ids(joiner.prompt_ids, self._engine.facts.vocab_size)
         guide = self._engine.grammars.mask(joiner.params, self._engine.decode)
         seed = None if rng is None else rng.next()
-        return Joining(joiner.prompt_ids, joiner.params, seed, guide)
+        return Joining(joiner.prompt_ids, joiner.params, seed, guide, joiner.hooks.steering)
 
 
 CAPABILITIES = capabilities_of(LlamaCppEngine)  # every protocol it implements
-
-
-def _refuse(hooks: Hooks) -> None:
-    """llama.cpp runs no hooks: a steering source with layers, a monitor or a capture is
-    refused (the serving layer never sends one: the field matrix refuses them first)."""
-    if hooks.steering is not None and hooks.steering.layers():
-        raise ValueError("the llama.cpp engine cannot steer (no SAE attaches to a GGUF model)")
-    if hooks.monitor is not None:
-        raise ValueError("the llama.cpp engine reads no residual stream for probes")
-    if hooks.capture is not None:
-        raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")

@@ -124,6 +124,8 @@ def _model_facts(
         has_chat_template=header.chat_template is not None,
         threads=int(llama.n_threads),
         eog_ids=eog_ids(llama),
+        d_model=int(llama.n_embd()),
+        n_layers=int(llama_cpp.llama_model_n_layer(llama.model)),
     )
 
 

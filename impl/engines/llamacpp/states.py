@@ -8,27 +8,26 @@ new prompt shares with it. The serial context (one sequence) and the batch's
 (one KV stream per row) save into the engine's one cache, each under a key of
 its own: a sequence's state records how many streams its context has, and
 llama.cpp restores it only into a context with as many (any sequence of it).
+The key also holds the steering state the KV was computed under (steering.py),
+so a steered prompt never restores unsteered KV, nor the other way; KV that
+mixes two states (`MIXED`) is never saved.
 
 A sequence is saved when what it holds is about to be lost: its tail dropped
-for a prompt that shares less of it, or its KV overwritten by another. KV made
-under steering would be keyed by it too (`UNSTEERED` is the key's steering
-part): the llama.cpp engine runs no hooks.
-"""
+for a prompt that shares less of it, or its KV overwritten by another."""
 
 from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import llama_cpp
 
 from ..prompt_cache import MIB, PromptCache
+from .steering import MIXED
 
 log = logging.getLogger(__name__)
-
-UNSTEERED = ()  # the steering part of a key: the only one this engine makes
 
 
 class States:
@@ -38,12 +37,14 @@ class States:
     def __init__(self, ctx: Any, cache: PromptCache, streams: int) -> None:
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
-        self._key = (streams, UNSTEERED)
+        self._streams = streams
         self.cache = cache
 
-    def save(self, seq: int, ids: Sequence[int]) -> None:
-        """Keep sequence `seq`'s KV, which holds `ids`, unless the cache has it already."""
-        if not self.cache.worth(ids, self._key):
+    def save(self, seq: int, ids: Sequence[int], steering: Hashable = ()) -> None:
+        """Keep sequence `seq`'s KV, which holds `ids` computed under the `steering` state,
+        unless the cache has it already."""
+        key = (self._streams, steering)
+        if steering is MIXED or not self.cache.worth(ids, key):
             return
         size = int(llama_cpp.llama_state_seq_get_size(self._ctx, seq))
         if size <= 0 or size > self.cache.budget:
@@ -53,22 +54,29 @@ class States:
         if written <= 0:
             log.warning("saving sequence %d's state failed: not cached", seq)
             return
-        self.cache.put(list(ids), self._key, buffer, written)
+        self.cache.put(list(ids), key, buffer, written)
         log.debug("prompt cache: saved %d tokens (%.1f MiB)", len(ids), written / MIB)
 
     def restore(
-        self, seq: int, ids: Sequence[int], kept: int, held: Sequence[int]
+        self,
+        seq: int,
+        ids: Sequence[int],
+        kept: int,
+        held: Sequence[int],
+        steering: Hashable = (),
+        held_steering: Hashable = (),
     ) -> list[int] | None:
-        """Put into sequence `seq` the cached state sharing the longest prefix with `ids`,
-        when it shares more than the `kept` ids the sequence would keep of what it holds
-        (`held`, saved first when the cache lacks it); the ids the sequence holds then (cut
-        to the shared prefix), or None (nothing better cached: the sequence is as it was)."""
-        if not self.cache.enabled:
+        """Put into sequence `seq` the cached state computed under `steering` sharing the
+        longest prefix with `ids`, when it shares more than the `kept` ids the sequence would
+        keep of what it holds (`held`, computed under `held_steering`, saved first when the
+        cache lacks it); the ids the sequence holds then (cut to the shared prefix), or None
+        (nothing better cached: the sequence is as it was)."""
+        if not self.cache.enabled or steering is MIXED:
             return None
-        found = self.cache.best(ids, self._key, at_least=kept)
+        found = self.cache.best(ids, (self._streams, steering), at_least=kept)
         if found is None:
             return None
-        self.save(seq, held)
+        self.save(seq, held, held_steering)
         entry = found.entry
         llama_cpp.llama_memory_seq_rm(self._memory, seq, -1, -1)
         read = int(llama_cpp.llama_state_seq_set_data(self._ctx, entry.state, entry.size, seq))

@@ -255,6 +255,11 @@ class TransformersEngine:
         """The prompt states kept across requests (prefix.py), None when off."""
         return self._cache
 
+    @property
+    def steerable_layers(self) -> range:
+        """Every decoder layer: a hook adds at any of them (steering.py)."""
+        return range(self._facts.n_layers)
+
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
         """Generations started inside the block are steered; the KV prefix is kept per state.
