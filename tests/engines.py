@@ -23,10 +23,17 @@ from typing import Any
 import pytest
 import torch
 
-from miserver.engines.base import Batch, BatchRow, Prefilled, SamplingParams, Token
-from miserver.engines.llamacpp import LlamaCppEngine
+from miserver.engines.base import (
+    Batch,
+    BatchRow,
+    LoadOptions,
+    Prefilled,
+    SamplingParams,
+    Token,
+)
+from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
-from tests.conftest import ONE_THREAD
+from tests.conftest import ENGINE_THREADS, ONE_THREAD, cache_dir
 
 
 def smollm2_gguf() -> Path:
@@ -49,6 +56,20 @@ def load_transformers(cache_ram: int = -1) -> TransformersEngine:
     return load_transformers_engine(
         smollm2_gguf(), model_id="smollm2:Q4_1", cache_dir=home_cache_dir(), options=options
     )
+
+
+def both_engines(model_id: str, rows: int) -> tuple[LlamaCppEngine, TransformersEngine]:
+    """SmolLM2 on each engine with a 1024-token window, ENGINE_THREADS threads: its GGUF on
+    llama.cpp with `rows` rows, and on transformers (serial), as the cross-engine tests of
+    issue 46 compare them. The caller closes both."""
+    window = LoadOptions(threads=ENGINE_THREADS, ctx_size=1024)
+    gguf = load_llamacpp_engine(
+        smollm2_gguf(), model_id=f"{model_id}:Q4_1", options=replace(window, parallel=rows)
+    )
+    hf = load_transformers_engine(
+        smollm2_gguf(), model_id=model_id, cache_dir=cache_dir(), options=window
+    )
+    return gguf, hf
 
 
 def greedy(n: int, **penalties: float) -> SamplingParams:

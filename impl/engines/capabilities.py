@@ -18,7 +18,7 @@ calls an optional member.
 | `Embedder`    | embedding_limit, embed           | embeddings                             |
 | `Constrainer` | compile_constraint               | structured_output, tools               |
 | `Steerable`   | steerable_layers                 | steering                               |
-| `Inspectable` | capturing, monitoring, user_span | sae_activations, monitoring            |
+| `Inspectable` | readable_layers, user_span       | sae_activations, monitoring            |
 
 `batched_chat` (several conversations in one request, `extra_messages`) goes
 with scoring: the contract gives it to the engine whose judges score them.
@@ -27,7 +27,6 @@ with scoring: the contract gives it to the engine whose judges score them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from .base import (
@@ -40,7 +39,6 @@ from .base import (
     Scored,
     ScoreQuery,
 )
-from .monitor import Monitor
 
 CORE = frozenset({Capability.GENERATE, Capability.CHAT, Capability.SEED})
 ENCODER = frozenset({Capability.EMBEDDINGS})  # an encoder (BERT-style) only embeds
@@ -133,18 +131,13 @@ class Steerable(Engine, Protocol):
 
 @runtime_checkable
 class Inspectable(Engine, Protocol):
-    """The residual stream read while a generation runs: `Hooks.capture` and `Hooks.monitor`
-    are run, and a probe's `last_user` window is found."""
+    """The residual stream read while a generation runs: a generation's `Hooks.capture` and
+    `Hooks.monitor` are run (a capture on the serial path and by `score`, a monitor on a row
+    of the batch too), and a probe's `last_user` window is found."""
 
-    def capturing(self, layer: int, *, pre_steering: bool) -> AbstractContextManager[Any]:
-        """Decoder layer `layer`'s output rows of the generations run inside the block (an
-        object whose `rows()` gives them, [positions, width]); before this layer's steering
-        delta with `pre_steering`, else after it (enter it inside `steered()`)."""
-        ...
-
-    def monitoring(self, monitor: Monitor) -> AbstractContextManager[None]:
-        """The generations run inside the block feed `monitor` from its layers, before each
-        layer's steering delta, and reuse no kept prefix."""
+    @property
+    def readable_layers(self) -> range:
+        """The layers a capture or a probe may read."""
         ...
 
     def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:

@@ -170,3 +170,40 @@ def shared_prefix(head: Sequence[int], ids: Sequence[int]) -> int:
             break
         shared += 1
     return shared
+
+
+HeadRender = Callable[[list[dict[str, Any]]], str | None]
+"""Renders the messages before the last user one, with no generation prompt (None: refused)."""
+
+
+def user_span(
+    prompt: ChatPrompt, text: str, head: HeadRender, tokenize: Callable[[str], list[int]]
+) -> tuple[int, int] | None:
+    """The token positions [start, end) of the last user message's content in `text`, the
+    render `render_chat` makes of `prompt` (its tools shown): a probe's `last_user` window
+    (OAI-TOOLS-31). None when no user message has text.
+
+    The content is looked for after `head`'s render of the messages before it (when that
+    render is a prefix of the whole), else at its last place; characters map to tokens by
+    tokenizing (`tokenize`, as the engine tokenizes a render) the render's head up to each
+    end, as `prefix_length` does.
+    """
+    messages, _ = split_partial(prompt.messages)  # as the engines render them
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    content = "" if last is None else str(messages[last].get("content") or "")
+    if last is None or not content:
+        return None
+    since = 0
+    rendered = head(messages[:last]) if last else None
+    if rendered is not None and text.startswith(rendered):
+        since = len(rendered)
+    start = text.find(content, since) if since else text.rfind(content)
+    if start < 0:
+        return None
+    end = start + len(content)
+    ids = tokenize(text)
+    first = shared_prefix(tokenize(text[:start]), ids)
+    upto = tokenize(text[:end])
+    shared = shared_prefix(upto, ids)
+    stop = shared if shared == len(upto) else shared + 1
+    return (first, min(stop, len(ids))) if stop > first else None

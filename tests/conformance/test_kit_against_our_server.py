@@ -2,10 +2,10 @@
 
 On the transformers model with the trained SAE attached every extension is
 offered, so every check must pass. On the GGUF model (llama.cpp) with the same
-SAE attached, steering by every source is served (contract 0.25.0, issue 46), as
-are scoring, echo and generations with logprobs (contract 0.17.0, issue 42), so
-those checks must pass; activations and probes are refused there, so those
-checks must say "not offered", not fail.
+SAE attached and the same probe armed, steering by every source, activations
+and probes are served (contracts 0.25.0 and 0.26.0, issue 46), as are scoring,
+echo and generations with logprobs (contract 0.17.0, issue 42), so those checks
+must pass there too.
 The kit runs in process (`run`) and once as the `miserver-conformance` script.
 """
 
@@ -34,7 +34,7 @@ GGUF_MODEL_ID = f"{MODEL_ID}:Q4_1"
 EXAMPLES = 5
 # Checks our server fails today, each with the bug it found (xfail strict: a fix flips them).
 KNOWN_BUGS: dict[str, str] = {}  # check name -> the server bug it finds (xfail, strict)
-GGUF_NOT_OFFERED = {
+GGUF_READING = {  # served on llama.cpp since contract 0.26.0 (issue 46)
     "activations_reply",
     "activations_stream_chunk",
     "probe_verdicts_reply",
@@ -72,7 +72,7 @@ GGUF_LOGPROBS = {  # served on llama.cpp since contract 0.17.0 (issue 42)
     "completion_echo_logprobs",
 }
 GGUF_CHECKS = [
-    *sorted(GGUF_NOT_OFFERED),
+    *sorted(GGUF_READING),
     *sorted(GGUF_STEERING),
     *sorted(GGUF_LOGPROBS),
     "chat_stream_framing",
@@ -97,9 +97,7 @@ def steering_server(
     )
     with serving(Server(settings)) as origin:
         steer(origin)
-        probe = {"path": str(trained_probe), "armed": True}
-        imported = httpx.post(f"{origin}/api/probes/import", json=probe)
-        assert imported.status_code == 201, imported.text
+        arm(origin, trained_probe)
         yield f"{origin}/v1"
 
 
@@ -113,6 +111,12 @@ def steer(origin: str) -> None:
         assert imported.status_code == 201, imported.text
     active = httpx.put(f"{origin}/api/circuits/{CIRCUIT['id']}/active", headers=JSON)
     assert active.status_code == 200, active.text
+
+
+def arm(origin: str, probe: Path) -> None:
+    """The trained probe imported, armed."""
+    imported = httpx.post(f"{origin}/api/probes/import", json={"path": str(probe), "armed": True})
+    assert imported.status_code == 201, imported.text
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +164,10 @@ def test_console_script_passes_our_server(steering_server: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def gguf_server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[str]:
-    """The embedded GGUF on llama.cpp, steered as `steering_server` is (no probe); yields the
+def gguf_server(
+    tmp_path_factory: pytest.TempPathFactory, saes_dir: Path, trained_probe: Path
+) -> Iterator[str]:
+    """The embedded GGUF on llama.cpp, steered and probed as `steering_server` is; yields the
     /v1 base URL."""
     settings = Settings(
         threads=ENGINE_THREADS,
@@ -172,20 +178,19 @@ def gguf_server(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Ite
     )
     with serving(Server(settings)) as origin:
         steer(origin)
+        arm(origin, trained_probe)
         yield f"{origin}/v1"
 
 
-def test_gguf_refusals_are_not_offered(gguf_server: str) -> None:
-    """OAI-VALID-17: on GGUF no probe is armed and no activation is read, so those checks are
-    "not offered"; steering by every source (issue 46: contract 0.25.0 supersedes OAI-INL-24),
-    scoring, echo and generations with logprobs (issue 42: contract 0.17.0 supersedes
-    OAI-SCORE-21 and OAI-CSCORE-23) are served, so their checks pass with the others; exit
-    0."""
+def test_gguf_offers_every_extension(gguf_server: str) -> None:
+    """On GGUF, steering by every source (issue 46: contract 0.25.0 supersedes OAI-INL-24),
+    activations and probe verdicts (contract 0.26.0 supersedes OAI-ACT-24), scoring, echo
+    and generations with logprobs (issue 42: contract 0.17.0 supersedes OAI-SCORE-21 and
+    OAI-CSCORE-23) are served, so every one of those checks passes; exit 0."""
     report = run(gguf_server, checks=GGUF_CHECKS, max_examples=EXAMPLES)
     assert report.model == GGUF_MODEL_ID
     outcomes = {r.check.name: r.outcome for r in report.results}
-    assert outcomes == {
-        name: Outcome.NOT_OFFERED if name in GGUF_NOT_OFFERED else Outcome.PASSED
-        for name in GGUF_CHECKS
-    }, [r.detail for r in report.results]
+    assert outcomes == dict.fromkeys(GGUF_CHECKS, Outcome.PASSED), [
+        r.detail for r in report.results
+    ]
     assert report.exit_code == 0

@@ -1,5 +1,6 @@
 """Fixtures the integration tests share: the default GGUF server beside the session's
-transformers one, and a parameter over both."""
+transformers one, a parameter over both, and the two engines driven directly (issue 46's
+cross-engine tests)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
+from miserver.engines.llamacpp import LlamaCppEngine
+from miserver.engines.transformers import TransformersEngine
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, MODEL_ID, LocalClient, cache_dir
+from tests.engines import both_engines
 
 
 @pytest.fixture(scope="module")
@@ -28,3 +32,13 @@ def served(request: pytest.FixtureRequest) -> tuple[TestClient, str]:
     if request.param == "transformers":
         return request.getfixturevalue("client"), MODEL_ID
     return request.getfixturevalue("gguf_client"), GGUF_ID
+
+
+@pytest.fixture(scope="module")
+def engine_pair() -> Iterator[tuple[LlamaCppEngine, TransformersEngine]]:
+    """SmolLM2 on each engine, driven directly (`tests.engines.both_engines`, 3 rows on
+    llama.cpp), one pair per module."""
+    loaded = both_engines("pair", rows=3)
+    yield loaded
+    for engine in loaded:
+        engine.close()

@@ -133,3 +133,19 @@ def test_layer_zero_cannot_attach(server: TestClient) -> None:
     )
     assert "layers 1..29" in error["message"]
     assert server.get("/api/steering").json()["attachments"] == []
+
+
+def test_activations_on_gguf(server: TestClient) -> None:
+    """Contract 0.26.0 (supersedes OAI-ACT-24), OAI-ACT-05: `return_sae_activations` on the
+    GGUF model with the SAE attached reads a row per position fed, each with its top
+    features, as on transformers."""
+    attach(server)
+    ask = {"positions": "all", "top_k": 3}
+    response = chat(server, return_sae_activations=ask)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    reading = body["millm"]["sae_activations"]
+    fed = body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] - 1
+    assert len(reading["positions"]) == fed
+    assert all(len(p["features"]) <= 3 for p in reading["positions"])
+    assert any(p["features"] for p in reading["positions"])

@@ -101,11 +101,8 @@ def test_gguf_names_and_bare_repository_refusals(tmp_path: Path, models_dir: Pat
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [
-        ("extra_messages", [USER]),
-        ("return_sae_activations", {"top_k": 4}),
-    ],
-    ids=["OAI-VALID-17-extra_messages", "OAI-ACT-24"],
+    [("extra_messages", [USER])],
+    ids=["OAI-VALID-17-extra_messages"],
 )
 def test_gguf_column_refusals_come_before_any_load(
     bare_client: TestClient, field: str, value: Any
@@ -114,7 +111,8 @@ def test_gguf_column_refusals_come_before_any_load(
     (`logprobs`, `top_logprobs` and `allowed_token_ids` are served on GGUF since contract
     0.17.0: OAI-SCORE-21 and OAI-VALID-17's GGUF refusal are superseded; `steering`,
     `profile` and `steering_intensity` since contract 0.25.0: OAI-INL-24 and OAI-VALID-23's
-    are, docs/DECISIONS.md.)"""
+    are; `return_sae_activations` since contract 0.26.0: OAI-ACT-24's is,
+    docs/DECISIONS.md.)"""
     response = bare_client.post("/v1/chat/completions", json=chat(GGUF_ID, **{field: value}))
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "field_not_honoured"

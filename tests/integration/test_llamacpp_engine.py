@@ -147,6 +147,8 @@ def test_facts_are_honest(engine: LlamaCppEngine) -> None:
                 "scoring",  # contract 0.17.0 (docs/DECISIONS.md): native precision only
                 "batched_chat",  # by the protocol; the field matrix refuses extra_messages
                 "steering",  # contract 0.25.0: the control vector (issue 46)
+                "sae_activations",  # contract 0.26.0: the evaluation callback (tap.py)
+                "monitoring",
             }
         )
     )

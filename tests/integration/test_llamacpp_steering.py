@@ -14,8 +14,6 @@ of its tokens are within `LOGPROB_TOLERANCE`, while the steering itself moves th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from miserver.engines.base import (
@@ -23,18 +21,16 @@ from miserver.engines.base import (
     Engine,
     Hooks,
     Joiner,
-    LoadOptions,
     Prefilled,
     SamplingParams,
     Token,
 )
-from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from miserver.engines.transformers import TransformersEngine, load_transformers_engine
+from miserver.engines.llamacpp import LlamaCppEngine
+from miserver.engines.transformers import TransformersEngine
 from miserver.steering.applied import AppliedSAE, applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
-from tests.conftest import ENGINE_THREADS, cache_dir
-from tests.engines import smollm2_gguf, stepped
+from tests.engines import stepped
 
 pytestmark = pytest.mark.model
 
@@ -48,21 +44,13 @@ LOGPROB_TOLERANCE = 0.3  # Q4_1 against its float32 dequantization, as unsteered
 
 
 @pytest.fixture(scope="module")
-def gguf() -> Iterator[LlamaCppEngine]:
-    options = LoadOptions(threads=ENGINE_THREADS, ctx_size=1024, parallel=3)
-    loaded = load_llamacpp_engine(smollm2_gguf(), model_id="steer:Q4_1", options=options)
-    yield loaded
-    loaded.close()
+def gguf(engine_pair: tuple[LlamaCppEngine, TransformersEngine]) -> LlamaCppEngine:
+    return engine_pair[0]
 
 
 @pytest.fixture(scope="module")
-def hf() -> Iterator[TransformersEngine]:
-    options = LoadOptions(threads=ENGINE_THREADS, ctx_size=1024)
-    loaded = load_transformers_engine(
-        smollm2_gguf(), model_id="steer", cache_dir=cache_dir(), options=options
-    )
-    yield loaded
-    loaded.close()
+def hf(engine_pair: tuple[LlamaCppEngine, TransformersEngine]) -> TransformersEngine:
+    return engine_pair[1]
 
 
 def steering(sae: SAE, strength: float, feature: int = FEATURE) -> AppliedSAE:

@@ -408,14 +408,15 @@ def test_last_user_in_the_render_with_tools(server: TestClient) -> None:
     assert shown["tokens"] == bare["tokens"] and shown["verdict"] == "flagged"
 
 
-def test_rows_of_a_batch_keep_their_own_verdicts_and_gguf_skips(
+def test_rows_of_a_batch_keep_their_own_verdicts_and_gguf_agrees(
     tmp_path: Path, saes_dir: Path, trained_probe: Path
 ) -> None:
     """Issue 18 (rows of #12), OAI-PROBE-12, OAI-ACT-25: with continuous batching, a French
     and an English request decoded as rows of one batch each get their own verdicts, served
     `batch`, while a request reading activations at the same time is served on the serial
-    path with its own positions; on the GGUF engine every result is `skipped`
-    (`engine_unsupported`)."""
+    path with its own positions. Issue 46 (supersedes the GGUF `skipped`,
+    `engine_unsupported`): the GGUF engine reads the probe's layer too, and its verdicts
+    agree with the transformers engine's, their scores within 0.05."""
     app = Server(steering_settings(tmp_path / "data", saes_dir), preload=False)
     with (
         uvicorn_serving(app) as port,
@@ -458,13 +459,16 @@ def test_rows_of_a_batch_keep_their_own_verdicts_and_gguf_skips(
         fed = read["usage"]["prompt_tokens"] + read["usage"]["completion_tokens"] - 1
         assert len(read["millm"]["sae_activations"]["positions"]) == fed
         assert {r["served"]["backend"] for r in verdicts(answers["reading"])} == {"serial"}
-        gguf = http.post(CHAT, json={**chat(FRENCH), "model": GGUF_ID})
-        skipped = verdicts(gguf)
-    assert {(r["outcome"], r["reason"], r["verdict"]) for r in skipped} == {
-        ("skipped", "engine_unsupported", "none")
-    }
-    assert all(r["served"]["engine"] == "llama.cpp" and r["score"] is None for r in skipped)
+        on_gguf = {
+            text: by_window(verdicts(http.post(CHAT, json={**chat(text), "model": GGUF_ID})))
+            for text in (FRENCH, ENGLISH)
+        }
     assert not math.isnan(french["last_user"]["score"])
+    for text, theirs in ((FRENCH, french), (ENGLISH, english)):
+        for window, ours in on_gguf[text].items():
+            assert ours["served"]["engine"] == "llama.cpp" and ours["outcome"] == "scored"
+            assert ours["verdict"] == theirs[window]["verdict"], (text, window)
+            assert abs(ours["score"] - theirs[window]["score"]) < 0.05, (text, window)
 
 
 def test_user_span_is_the_last_user_messages_content(reference: TransformersEngine) -> None:

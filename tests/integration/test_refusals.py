@@ -182,27 +182,20 @@ def test_completions_refuse_fields_they_cannot_honour(
     assert_nothing_loaded(bare_client)
 
 
-def test_activations_refused_before_any_load(bare_client: TestClient) -> None:
-    """OAI-ACT-24: on a GGUF model, field_not_honoured before any load; OAI-ACT-19: on the
-    transformers model with no SAE attached, 400 naming the field, before any load."""
+@pytest.mark.parametrize("model", [MODEL_ID, GGUF_ID], ids=["transformers", "gguf"])
+def test_activations_refused_before_any_load(bare_client: TestClient, model: str) -> None:
+    """OAI-ACT-19: with no SAE attached, 400 naming the field, before any load; on a GGUF
+    model too (contract 0.26.0 supersedes OAI-ACT-24's field_not_honoured there)."""
     ask = {"top_k": 4}
-    body = {"model": GGUF_ID, "messages": USER, "return_sae_activations": ask}
-    error_of(
-        bare_client.post("/v1/chat/completions", json=body),
-        400,
-        "field_not_honoured",
-        "return_sae_activations",
-    )
-    assert_nothing_loaded(bare_client)
-    body = {"model": MODEL_ID, "prompt": "Hi", "return_sae_activations": ask}
-    error = error_of(
-        bare_client.post("/v1/completions", json=body),
-        400,
-        "invalid_parameter",
-        "return_sae_activations",
-    )
-    assert "no SAE is attached" in error["message"]
-    assert_nothing_loaded(bare_client)
+    for path, body in (
+        ("/v1/completions", {"model": model, "prompt": "Hi", "return_sae_activations": ask}),
+        ("/v1/chat/completions", {"model": model, "messages": USER, "return_sae_activations": ask}),
+    ):
+        error = error_of(
+            bare_client.post(path, json=body), 400, "invalid_parameter", "return_sae_activations"
+        )
+        assert "no SAE is attached" in error["message"]
+        assert_nothing_loaded(bare_client)
 
 
 def test_n_with_stream_is_refused(bare_client: TestClient) -> None:

@@ -36,6 +36,12 @@ source once a pass, as a transformers hook does. A sequence's KV is kept with
 the steering state it was computed under, and is reused (or cached, restored)
 only for a prompt under the same state.
 
+A row's probe monitor (engines/monitor.py) is fed through the context's tap
+(tap.py): at a step, the rows of the group it decodes in are read at its
+layers and it takes its own row; its prompt is prefilled on its own, so every
+row the tap reads there is its. A monitored row reuses no kept prefix: its
+values cover every prompt position.
+
 One step must be one forward pass. With a KV stream per sequence, llama.cpp
 cuts a batch into micro-batches wherever a token's sequence id is not the
 previous one's plus one (`split_equal`, sequential), and each micro-batch
@@ -61,14 +67,16 @@ import llama_cpp
 import numpy as np
 from llama_cpp import _internals
 
-from ..base import SamplingParams, SteeringSource, Token
+from ..base import Hooks, SamplingParams, SteeringSource, Token
 from ..grammar import Mask
+from ..monitor import Monitor
 from ..prompt_cache import PromptCache
 from ..rows import prefill_limit, prompt_row
 from .batches import put
 from .sampling import Logits, Picking
 from .states import States
 from .steering import MIXED, ControlVector, Vectors, key_of, same, vectors_of
+from .tap import Observer, Tap
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -85,6 +93,7 @@ class Row:
     open: bool = True
     steering: SteeringSource | None = None
     key: Hashable = ()  # the steering state its KV is computed under (MIXED: more than one)
+    observer: Observer | None = None  # what its probe monitor reads (tap.py)
 
     @property
     def ready(self) -> bool:
@@ -101,6 +110,7 @@ class Joining:
     seed: int | None = None
     guide: Mask | None = None
     steering: SteeringSource | None = None
+    monitor: Monitor | None = None
 
 
 @dataclass(slots=True)
@@ -117,6 +127,11 @@ class _Group:
 
     vectors: Vectors
     rows: list[Row] = field(default_factory=list)
+
+    @property
+    def layers(self) -> set[int]:
+        """The layers its monitored rows read."""
+        return {layer for row in self.rows if row.observer for layer in row.observer.layers}
 
 
 class Rows:
@@ -137,9 +152,11 @@ class Rows:
         params.n_seq_max = capacity
         params.kv_unified = False
         params.embeddings = False
+        n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
+        self._tap = Tap(int(llama.n_embd()), n_layer)
+        params.cb_eval = self._tap.callback
         self._context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         self._ctx = self._context.ctx
-        n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
         self._cvec = ControlVector(self._ctx, int(llama.n_embd()), n_layer)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
@@ -177,7 +194,8 @@ class Rows:
                 i = self._next_joiner(left, prompts, joiners)
                 left.remove(i)
                 joiner = joiners[i]
-                seq, kept = self._take(prompts[i], key_of(joiner.steering))
+                reuse = joiner.monitor is None  # a monitored row reads every position
+                seq, kept = self._take(prompts[i], key_of(joiner.steering), reuse)
                 made = self._row(seq, prompts[i], kept, joiner)
                 self._sequences[seq].row = made  # busy now: the next one takes an end beside it
                 rows[i] = made
@@ -222,6 +240,7 @@ class Rows:
             cached=kept,
             steering=joiner.steering,
             key=self._sequences[seq].key,
+            observer=Observer.of(Hooks(monitor=joiner.monitor)),
         )
 
     def step(self, rows: Sequence[Row]) -> None:
@@ -239,7 +258,8 @@ class Rows:
                 token = row.last.token_id
                 put(batch, i, token, len(row.held), row.seq, True)
             batch.n_tokens = len(group.rows)
-            self._decode(group.vectors)
+            self._decode(group.vectors, group.layers)
+            self._observed(group)
             for i, row in enumerate(group.rows):
                 row.picking.took(row.last.token_id)
                 row.held.append(row.last.token_id)
@@ -305,21 +325,22 @@ class Rows:
         differ = np.flatnonzero(np.asarray(held[:limit]) != np.asarray(ids[:limit]))
         return int(differ[0]) if differ.size else int(limit)
 
-    def _take(self, ids: list[int], key: Hashable) -> tuple[int, int]:
+    def _take(self, ids: list[int], key: Hashable, reuse: bool = True) -> tuple[int, int]:
         """A free sequence for `ids` and how many of them its KV keeps (at most all but the
         last, so the last is run and its logits are fresh). The free sequence that shares
         most (the least recently used among equals) lends its KV to an end of the block
         when it is not one; when the prompt cache holds a longer prefix than any free
         sequence, it is restored there instead (states.py). What the taken sequence drops
         is saved to the prompt cache first (a copy's target is saved by `_copy`). Only KV
-        computed under the prompt's steering state `key` is kept or restored."""
+        computed under the prompt's steering state `key` is kept or restored; none without
+        `reuse`."""
         ends = self._ends()
         if not ends:
             raise RuntimeError("every row of the batch is taken")
         sequences = self._sequences
 
         def shared(n: int) -> int:
-            return self._shared(n, ids, key)
+            return self._shared(n, ids, key) if reuse else 0
 
         def rank(n: int) -> tuple[int, int]:
             return shared(n), -sequences[n].used
@@ -328,7 +349,7 @@ class Rows:
         free = [m for m, s in enumerate(sequences) if s.row is None]
         lender = max(free, key=rank)
         states = None if n in self._copying else self._states
-        if states is not None:
+        if states is not None and reuse:
             held = sequences[n]
             restored = states.restore(n, ids, shared(lender), held.held, key, held.key)
             if restored is not None:
@@ -381,7 +402,8 @@ class Rows:
         base = {id(row): len(row.held) for row in rows}  # where each row's todo starts
         ran = dict.fromkeys(base, 0)  # how many of each row's todo ran
         try:
-            for group in self._groups(list(dict.fromkeys(row for row, _ in tokens))):
+            joining = list(dict.fromkeys(row for row, _ in tokens))
+            for group in self._groups(joining, alone=True):
                 members = {id(row) for row in group.rows}
                 part = [(row, j) for row, j in tokens if id(row) in members]
                 for start in range(0, len(part), self._n_batch):
@@ -399,37 +421,57 @@ class Rows:
     ) -> None:
         """One batch of prompt tokens (row, index in its todo) of rows steered alike."""
         ends: list[tuple[Row, int]] = []
+        self._tap.want(group.layers)
+        every = self._tap.every_row  # the last layer read: every row's logits kept
         for i, (row, j) in enumerate(chunk):
             last = j == len(row.todo) - 1
-            put(self._batch, i, row.todo[j], base[id(row)] + j, row.seq, last)
+            put(self._batch, i, row.todo[j], base[id(row)] + j, row.seq, last or every)
             if last:
                 ends.append((row, i))
         self._batch.n_tokens = len(chunk)
-        self._decode(group.vectors)
+        self._decode(group.vectors, group.layers)
+        self._observed(group)
         for row, j in chunk:
             ran[id(row)] = j + 1
             row.held.append(row.todo[j])
         for row, i in ends:
             row.last = self._pick(row, i)
 
-    def _groups(self, rows: Sequence[Row]) -> list[_Group]:
+    def _groups(self, rows: Sequence[Row], alone: bool = False) -> list[_Group]:
         """`rows`, in order, parted by the vectors each adds in this pass (read now, as a
-        hook reads them); a row whose steering state moved since its KV began holds MIXED
-        KV from here on."""
+        hook reads them), with `alone` each monitored row in a group of its own; a row whose
+        steering state moved since its KV began holds MIXED KV from here on."""
         groups: list[_Group] = []
         for row in rows:
             vectors = vectors_of(row.steering)
             if row.steering is not None and key_of(row.steering) != row.key:
                 row.key = MIXED
-            group = next((g for g in groups if same(g.vectors, vectors)), None)
+            shared = [g for g in groups if not (alone and (row.observer or g.layers))]
+            group = next((g for g in shared if same(g.vectors, vectors)), None)
             if group is None:
                 group = _Group(vectors)
                 groups.append(group)
             group.rows.append(row)
         return groups
 
-    def _decode(self, vectors: Vectors) -> None:
+    def _observed(self, group: _Group) -> None:
+        """Each monitored row of `group` takes its own rows of the decode just run: one a
+        step (the group's tokens in order), every one at its own prefill."""
+        if not group.layers:
+            return
+        read = self._tap.take()
+        if len(group.rows) == 1:
+            [row] = group.rows
+            assert row.observer is not None
+            row.observer.feed(read, group.vectors)
+            return
+        for i, row in enumerate(group.rows):
+            if row.observer is not None:
+                row.observer.feed({k: v[i : i + 1] for k, v in read.items()}, group.vectors)
+
+    def _decode(self, vectors: Vectors, layers: set[int]) -> None:
         self._cvec.set(vectors)
+        self._tap.want(layers)
         status = llama_cpp.llama_decode(self._ctx, self._batch)
         self._copying.clear()  # a decode applies the copies first
         if status != 0:

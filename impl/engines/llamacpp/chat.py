@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from jinja2 import Template, TemplateError
@@ -28,6 +28,7 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
+from .. import chatmessages
 from ..base import ChatPrompt, PromptError
 from ..chatmessages import (
     FALLBACK_TEMPLATE,
@@ -118,25 +119,46 @@ def render_text(template: ChatTemplate, prompt: ChatPrompt) -> str:
     refuses tool history rather than drop it (OAI-TOOLS-20); a forced call's
     opening follows the render (OAI-TOOLS-32).
     """
-    messages, partial = split_partial(prompt.messages)
+    messages, continued = split_partial(prompt.messages)
     if template.source is None:
         refuse_tool_history(prompt.messages)
-    variables: dict[str, Any] = {
-        "tools": [dict(t) for t in prompt.tools] if prompt.tools else None,
-        "documents": None,
-        **template.special_tokens,
-        **template_variables(prompt.template_kwargs),
-    }
     try:
-        compiled = compile_template(template.source or FALLBACK_TEMPLATE)
-        rendered = compiled.render(
-            **variables,
-            messages=messages,
-            add_generation_prompt=True,
-        )
+        rendered = _render(template, prompt, messages, generation=True)
     except TemplateError as exc:  # a syntax error, or the template's raise_exception
         raise PromptError(f"the model's chat template refused these messages: {exc}") from exc
-    return rendered + partial + prompt.opening
+    return rendered + continued + prompt.opening
+
+
+def _render(
+    template: ChatTemplate, prompt: ChatPrompt, messages: list[dict[str, Any]], generation: bool
+) -> str:
+    """`messages` through the template with `prompt`'s tools and variables."""
+    compiled = compile_template(template.source or FALLBACK_TEMPLATE)
+    return compiled.render(
+        tools=[dict(t) for t in prompt.tools] if prompt.tools else None,
+        documents=None,
+        **template.special_tokens,
+        **template_variables(prompt.template_kwargs),
+        messages=messages,
+        add_generation_prompt=generation,
+    )
+
+
+def user_span(
+    template: ChatTemplate, tokenize: Tokenize, prompt: ChatPrompt
+) -> tuple[int, int] | None:
+    """The last user message's token positions in `render_chat(prompt)` (chatmessages.py)."""
+
+    def head(messages: list[dict[str, Any]]) -> str | None:
+        try:
+            return _render(template, prompt, messages, generation=False)
+        except TemplateError:
+            return None
+
+    text = render_text(template, prompt)
+    return chatmessages.user_span(
+        prompt, text, head, partial(tokenize_rendered, template, tokenize)
+    )
 
 
 def tokenize_rendered(template: ChatTemplate, tokenize: Tokenize, text: str) -> list[int]:

@@ -44,7 +44,8 @@ from ..prompt_cache import PromptCache
 from .batches import fill
 from .sampling import Logits, Picking
 from .states import States
-from .steering import MIXED, NONE, ControlVector, key_of, vectors_of
+from .steering import MIXED, NONE, ControlVector, Vectors, key_of, vectors_of
+from .tap import Observer, Tap, tapped
 
 
 def eog_ids(llama: llama_cpp.Llama) -> tuple[int, ...]:
@@ -63,17 +64,45 @@ class Context:
         self.vocab = llama_cpp.llama_model_get_vocab(llama.model)
         self._owner: object | None = None
         self._closed = False
-        self._ctx = llama.ctx
+        self._cache = cache
+        self._n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
+        self._tap = Tap(int(llama.n_embd()), self._n_layer)  # on the context once one reads
+        self._tapped = False
         self._n_batch = int(llama.n_batch)
-        self._logits = Logits(self._ctx, int(llama.n_vocab()))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._one = llama_cpp.llama_batch_init(1, 0, 1)  # the decode step's batch
         fill(self._one, [0], 0, 0, 0)  # a step rewrites only its token and position
         self._one_token, self._one_pos = self._one.token, self._one.pos  # ctypes pointers
-        self._states = None if cache is None or not cache.enabled else States(self._ctx, cache, 1)
-        n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
-        self._cvec = ControlVector(self._ctx, int(llama.n_embd()), n_layer)
         self._key: Hashable = ()  # the steering state the held KV was computed under
+        self._bind()
+
+    def _bind(self) -> None:
+        """What holds the llama.cpp context's pointer, made for the context it is now."""
+        llama, cache = self.llama, self._cache
+        self._ctx = llama.ctx
+        self._logits = Logits(self._ctx, int(llama.n_vocab()))
+        self._states = None if cache is None or not cache.enabled else States(self._ctx, cache, 1)
+        self._cvec = ControlVector(self._ctx, int(llama.n_embd()), self._n_layer)
+
+    def _read_by(self, observer: Observer | None) -> None:
+        """The tap reads `observer`'s layers at the next decodes (none for None). The first
+        time a generation reads, the context is made anew with the tap as its evaluation
+        callback (tap.py): until then none runs at all. What the KV held is dropped then."""
+        if observer is None:
+            self._tap.want(())
+            return
+        if not self._tapped:
+            tapped(self.llama, self._tap)
+            self._tapped = True
+            self.llama.n_tokens = 0
+            self._owner, self._key = None, ()
+            self._bind()
+        self._tap.want(observer.layers)
+
+    @property
+    def tapped(self) -> bool:
+        """Whether the context carries the tap yet (a generation has read a layer)."""
+        return self._tapped
 
     @property
     def window(self) -> int:
@@ -97,16 +126,19 @@ class Context:
         owner: object,
         reuse: bool = True,
         steering: SteeringSource | None = None,
+        observer: Observer | None = None,
     ) -> int:
         """Make the KV cache hold exactly `ids`, what runs now steered by `steering`
-        (steering.py); returns how many were reused (with `reuse` false, none but the
-        owner's own sequence, one step ago). KV computed under another steering state is
-        never reused."""
+        (steering.py) and read by `observer` (tap.py); returns how many were reused (with
+        `reuse` false, none but the owner's own sequence, one step ago). KV computed under
+        another steering state is never reused."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
+        self._read_by(observer)
         llama = self.llama
         n = llama.n_tokens
-        self._cvec.set(vectors_of(steering))
+        vectors = vectors_of(steering)
+        self._cvec.set(vectors)
         key = key_of(steering)
         if self._owner is owner and n == len(ids) - 1:  # the owner's next token: the common case
             if key != self._key:  # the state moved mid-generation: its KV mixes two
@@ -118,11 +150,17 @@ class Context:
                 self._failed(n, status)
             llama.input_ids[n] = token
             llama.n_tokens = n + 1
+            self._observed(observer, vectors)
             return n
         reused = self._take_prefix(ids if reuse else (), key)
         self._owner = owner
-        self._prefill(ids, reused)
+        self._prefill(ids, reused, observer, vectors)
         return reused
+
+    def _observed(self, observer: Observer | None, vectors: Vectors) -> None:
+        """Hand the last decode's rows of the layers read to `observer`."""
+        if observer is not None:
+            observer.feed(self._tap.take(), vectors)
 
     def _take_prefix(self, ids: Sequence[int], key: Hashable = ()) -> int:
         """Keep what the cache shares with `ids` (nothing for no ids, nor when it was computed
@@ -145,19 +183,24 @@ class Context:
         llama.n_tokens = len(restored)
         return len(restored)
 
-    def _prefill(self, ids: Sequence[int], start: int) -> None:
+    def _prefill(
+        self, ids: Sequence[int], start: int, observer: Observer | None, vectors: Vectors
+    ) -> None:
         """Run `ids[start:]` after the `start` tokens the cache holds, in chunks of n_batch;
-        logits for the last one only. Whatever the cache holds past `start` goes first."""
+        logits for the last one only (every one's where the tap must see every row).
+        Whatever the cache holds past `start` goes first."""
         llama, batch = self.llama, self._batch
         llama._ctx.kv_cache_seq_rm(-1, start, -1)
+        every = self._tap.every_row
         for first in range(start, len(ids), self._n_batch):
             chunk = ids[first : first + self._n_batch]
-            fill(batch, chunk, first, 0, len(ids) - 1)
+            fill(batch, chunk, first, 0, len(ids) - 1, every=every)
             status = llama_cpp.llama_decode(self._ctx, batch)
             if status != 0:
                 self._failed(first, status)
             llama.input_ids[first : first + len(chunk)] = chunk
             llama.n_tokens = first + len(chunk)
+            self._observed(observer, vectors)
 
     def _failed(self, held: int, status: int) -> NoReturn:
         """A decode failed: the cache keeps the `held` tokens that ran before it."""
@@ -172,11 +215,13 @@ class Context:
         return self._keep_prefix(ids)
 
     def unsteer(self) -> None:
-        """What runs next is unsteered (a decision, an embedding, under the lock): the control
-        vector cleared, and KV computed under steering dropped."""
+        """What runs next is unsteered and unread (a decision, an embedding, under the lock):
+        the control vector cleared, the tap reading nothing, and KV computed under steering
+        dropped."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
         self._cvec.set(NONE)
+        self._read_by(None)
         if self._key != ():
             self._take_prefix((), ())
 
@@ -212,7 +257,12 @@ class Context:
         return picking.pick(self._logits, -1, self.vocab)
 
     def hold_scored(
-        self, ids: Sequence[int], owner: object, k: int, steering: SteeringSource | None = None
+        self,
+        ids: Sequence[int],
+        owner: object,
+        k: int,
+        steering: SteeringSource | None = None,
+        observer: Observer | None = None,
     ) -> list[Logprobs]:
         """Make the KV cache hold exactly `ids`, all of them run now (steered by `steering`)
         with every position's logits kept: each id after the first gets its log-probability
@@ -220,8 +270,10 @@ class Context:
         decoded."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
+        self._read_by(observer)
         llama, batch = self.llama, self._batch
-        self._cvec.set(vectors_of(steering))
+        vectors = vectors_of(steering)
+        self._cvec.set(vectors)
         self._take_prefix((), key_of(steering))
         self._owner = owner
         llama._ctx.kv_cache_seq_rm(-1, 0, -1)
@@ -234,22 +286,27 @@ class Context:
                 self._failed(first, status)
             llama.input_ids[first : first + len(chunk)] = chunk
             llama.n_tokens = first + len(chunk)
+            self._observed(observer, vectors)
             rows = self._logits.rows(len(chunk))
             following = ids[first + 1 : first + len(chunk) + 1]
             out.extend(of_rows(torch.from_numpy(rows[: len(following)]), following, k))
         return out
 
-    def score(self, ids: Sequence[int], query: ScoreQuery) -> Scored:
-        """Next-token scoring (OAI-SCORE): the whole of `ids` run now (nothing the cache held
-        is reused, so the same request scores the same), the last position's logits scored
-        (engines/logprobs.py); with `query.prompt_logprobs` (echo), every position's."""
+    def score(
+        self, ids: Sequence[int], query: ScoreQuery, observer: Observer | None = None
+    ) -> Scored:
+        """Next-token scoring (OAI-SCORE): the whole of `ids` run now, unsteered (nothing the
+        cache held is reused, so the same request scores the same), read by `observer`, the
+        last position's logits scored (engines/logprobs.py); with `query.prompt_logprobs`
+        (echo), every position's."""
         with self.lock:
             owner = object()
             if query.prompt_logprobs is None:
-                self.hold(ids, owner, reuse=False)
+                self.hold(ids, owner, reuse=False, observer=observer)
                 prompt: tuple[Logprobs, ...] = ()
             else:
-                prompt = tuple(self.hold_scored(ids, owner, query.prompt_logprobs))
+                k = query.prompt_logprobs
+                prompt = tuple(self.hold_scored(ids, owner, k, observer=observer))
             result = scored(torch.from_numpy(self._logits.row(-1)), query)
         return replace(result, prompt=prompt)
 

@@ -16,18 +16,22 @@ before the chain), and the guide advances by each token picked
 (`sampling.Picking`). With `prompt_logprobs` (echo) the whole prompt runs
 again with every position's logits kept (`Context.hold_scored`), and the
 `Prefilled` carries the prompt's log-probabilities; `max_tokens` 0 then
-generates nothing. With `steering`, every forward pass (the prefill and each
-step) runs under its control vector (steering.py), read at each pass.
+generates nothing. Every forward pass (the prefill and each step) runs under
+the hooks' steering, its control vector (steering.py) read at each pass, and
+feeds their monitor and capture (tap.py); a generation that reads reuses no
+kept prefix, so its rows cover every prompt position, and its capture is
+recorded as it ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
-from ..base import Logprobs, Prefilled, SamplingParams, SteeringSource, Token
+from ..base import NO_HOOKS, Hooks, Logprobs, Prefilled, SamplingParams, Token
 from ..grammar import Mask
 from .context import Context
 from .sampling import Picking
+from .tap import Observer
 
 
 def decode(
@@ -37,7 +41,7 @@ def decode(
     *,
     seed: int | None = None,
     guide: Mask | None = None,
-    steering: SteeringSource | None = None,
+    hooks: Hooks = NO_HOOKS,
 ) -> Generator[Prefilled | Token, None, None]:
     """Yield one `Prefilled`, then up to `params.max_tokens` tokens; stop after an EOG."""
     sequence = [int(i) for i in prompt_ids]
@@ -50,16 +54,18 @@ def decode(
         raise ValueError(f"the prompt holds {len(sequence)} tokens; the window is {window}")
     budget = min(params.max_tokens, window - len(sequence))
     picking = Picking(params, seed, guide)
-    reuse = seed is None
+    steering, observer = hooks.steering, Observer.of(hooks)
+    reuse = seed is None and observer is None
     echo = params.prompt_logprobs
     me = object()
     try:
         prompt: tuple[Logprobs, ...] = ()
         with context.lock:  # the first token is picked with the prefill, under one lock
             if echo is None:
-                cached = context.hold(sequence, me, reuse, steering)
+                cached = context.hold(sequence, me, reuse, steering, observer)
             else:
-                cached, prompt = 0, tuple(context.hold_scored(sequence, me, echo, steering))
+                scored = context.hold_scored(sequence, me, echo, steering, observer)
+                cached, prompt = 0, tuple(scored)
             token = context.pick(picking) if budget > 0 else None
         yield Prefilled(cached_tokens=cached, prompt_logprobs=prompt)
         for left in range(budget, 0, -1):
@@ -70,10 +76,12 @@ def decode(
             sequence.append(token.token_id)
             picking.took(token.token_id)
             with context.lock:
-                context.hold(sequence, me, reuse, steering)
+                context.hold(sequence, me, reuse, steering, observer)
                 token = context.pick(picking)
     finally:
         picking.close()
+        if observer is not None:
+            observer.record()
 
 
 def check_ids(token_ids: Sequence[int], n_vocab: int) -> None:

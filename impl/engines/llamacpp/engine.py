@@ -41,14 +41,17 @@ from .deciding import KeptPrefix
 from .decoding import check_ids, decode
 from .sampling import Seeds, new_rng
 from .steering import check_layers
+from .tap import Observer
 
 logger = logging.getLogger(__name__)
 
 
 class LlamaCppEngine:
     """A GGUF model in one llama.cpp context, whose KV cache is kept across requests: a
-    `Scorer`, `Decider`, `Embedder`, `Constrainer` and `Steerable` (engines/capabilities.py).
-    A generation's steering runs as the context's control vector (steering.py)."""
+    `Scorer`, `Decider`, `Embedder`, `Constrainer`, `Steerable` and `Inspectable`
+    (engines/capabilities.py). A generation's steering runs as the context's control vector
+    (steering.py); its monitor and capture read layers through the context's evaluation
+    callback (tap.py)."""
 
     scoring_precisions = frozenset({"native"})  # no float32 copy of a quantized model (OAI-F32)
 
@@ -109,6 +112,14 @@ class LlamaCppEngine:
         """Layers 1..n-1: llama.cpp's control vector has no slot for layer 0 (steering.py)."""
         return range(1, self._facts.n_layers)
 
+    @property
+    def readable_layers(self) -> range:
+        """Every layer: the tap reads any layer's `l_out` (tap.py)."""
+        return range(self._facts.n_layers)
+
+    def user_span(self, prompt: ChatPrompt) -> tuple[int, int] | None:
+        return chat.user_span(self._template, self._tokenize_rendered, prompt)
+
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Ids of `text`; special-token text becomes special tokens (as in transformers)."""
         llama = self.context.llama
@@ -160,36 +171,40 @@ class LlamaCppEngine:
     ) -> Generator[Prefilled | Token, None, None]:
         """A seeded `rng` (from `new_rng`) gives each choice the next seed and a full prefill;
         a constraint masks every step with a fresh grammar state; every pass runs under the
-        hooks' steering. A monitor or a capture is refused."""
+        hooks' steering and feeds their monitor and capture."""
         if rng is not None and not isinstance(rng, Seeds):
             raise TypeError("rng must come from this engine's new_rng")
         self.check_hooks(hooks)
         guide = self.grammars.mask(params, self.decode)
         seed = None if rng is None else rng.next()
-        return decode(
-            self.context, prompt_ids, params, seed=seed, guide=guide, steering=hooks.steering
-        )
+        return decode(self.context, prompt_ids, params, seed=seed, guide=guide, hooks=hooks)
 
     def check_hooks(self, hooks: Hooks) -> None:
         """Refuse what this engine cannot run (ValueError): a steering layer with no control
-        vector slot, a monitor or a capture (the field matrix refuses them first)."""
+        vector slot, a layer to read that the model lacks."""
         check_layers(hooks.steering, self._facts.n_layers)
-        if hooks.monitor is not None:
-            raise ValueError("the llama.cpp engine reads no residual stream for probes")
+        layers = [] if hooks.monitor is None else list(hooks.monitor.layers)
         if hooks.capture is not None:
-            raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")
+            layers.append(hooks.capture.layer)
+        outside = [layer for layer in layers if layer not in self.readable_layers]
+        if outside:
+            raise ValueError(f"layer {outside[0]} is outside 0..{self._facts.n_layers - 1}")
 
     def score(
         self, prompt_ids: Sequence[int], query: ScoreQuery, capture: Capture | None = None
     ) -> Scored:
-        """One pass over the whole prompt, unsteered (OAI-SCORE-33); a capture is refused
-        (OAI-ACT-24)."""
-        if capture is not None:
-            raise ValueError("the llama.cpp engine reads no activations (OAI-ACT-24)")
+        """One pass over the whole prompt, unsteered (OAI-SCORE-33), read by `capture`
+        (recorded on it)."""
         if query.precision != "native":
             raise ValueError("the llama.cpp engine scores at its native precision only")
         check_ids(prompt_ids, self._facts.vocab_size)
-        return self.context.score(prompt_ids, query)
+        self.check_hooks(Hooks(capture=capture))
+        observer = Observer.of(Hooks(capture=capture))
+        try:
+            return self.context.score(prompt_ids, query, observer)
+        finally:
+            if observer is not None:
+                observer.record()
 
     @property
     def grammars(self) -> Grammars:
@@ -295,6 +310,8 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         makes them; refused if it has hooks the engine cannot run, or holds an id out of the
         vocabulary."""
         self._engine.check_hooks(joiner.hooks)
+        if joiner.hooks.capture is not None:
+            raise ValueError("a row captures no layer: readings run on the serial path")
         if joiner.params.prompt_logprobs is not None:
             raise ValueError("a row reports no prompt logprobs: echo runs on the serial path")
         rng = joiner.rng
@@ -303,7 +320,8 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         check_ids(joiner.prompt_ids, self._engine.facts.vocab_size)
         guide = self._engine.grammars.mask(joiner.params, self._engine.decode)
         seed = None if rng is None else rng.next()
-        return Joining(joiner.prompt_ids, joiner.params, seed, guide, joiner.hooks.steering)
+        hooks = joiner.hooks
+        return Joining(joiner.prompt_ids, joiner.params, seed, guide, hooks.steering, hooks.monitor)
 
 
 CAPABILITIES = capabilities_of(LlamaCppEngine)  # every protocol it implements

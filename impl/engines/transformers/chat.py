@@ -12,11 +12,13 @@ content is appended raw, with no end of turn (OAI-CONT-01).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
 
+from .. import chatmessages
 from ..base import ChatPrompt, PromptError
 from ..chatmessages import (
     FALLBACK_TEMPLATE,
@@ -25,7 +27,6 @@ from ..chatmessages import (
     content_text,
     normalize_message,
     refuse_tool_history,
-    shared_prefix,
     split_partial,
     template_variables,
     tokenize_with_one_bos,
@@ -89,40 +90,20 @@ def render_chat(tokenizer: PreTrainedTokenizerBase, prompt: ChatPrompt) -> list[
 
 
 def user_span(tokenizer: PreTrainedTokenizerBase, prompt: ChatPrompt) -> tuple[int, int] | None:
-    """The token positions [start, end) of the last user message's content in the render
-    `render_chat` makes of `prompt` (its tools shown): a probe's `last_user` window
-    (OAI-TOOLS-31). None when no user message has text.
+    """The last user message's token positions in `render_chat(prompt)` (chatmessages.py)."""
 
-    The content is looked for after the render of the messages before it (when that render
-    is a prefix of the whole), else at its last place; characters map to tokens by
-    tokenizing the render's head up to each end, as `prefix_length` does.
-    """
-    messages, _ = split_partial(prompt.messages)  # as render_text renders them
-    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
-    content = "" if last is None else str(messages[last].get("content") or "")
-    if last is None or not content:
-        return None
+    def head(messages: list[dict[str, Any]]) -> str | None:
+        try:
+            rendered = tokenizer.apply_chat_template(
+                cast(list[dict[str, str]], messages),
+                tokenize=False,
+                add_generation_prompt=False,
+                tools=[dict(t) for t in prompt.tools] if prompt.tools else None,
+                **template_variables(prompt.template_kwargs),
+            )
+        except (TemplateError, ValueError, TypeError, KeyError, IndexError):  # refused
+            return None
+        return rendered if isinstance(rendered, str) else None
+
     text = render_text(tokenizer, prompt)
-    since = 0
-    try:
-        head = tokenizer.apply_chat_template(
-            cast(list[dict[str, str]], messages[:last]),
-            tokenize=False,
-            add_generation_prompt=False,
-            tools=[dict(t) for t in prompt.tools] if prompt.tools else None,
-            **template_variables(prompt.template_kwargs),
-        )
-        if last and isinstance(head, str) and text.startswith(head):
-            since = len(head)
-    except (TemplateError, ValueError, TypeError, KeyError, IndexError):  # refused: search all
-        since = 0
-    start = text.find(content, since) if since else text.rfind(content)
-    if start < 0:
-        return None
-    end = start + len(content)
-    ids = tokenize_rendered(tokenizer, text)
-    first = shared_prefix(tokenize_rendered(tokenizer, text[:start]), ids)
-    upto = tokenize_rendered(tokenizer, text[:end])
-    shared = shared_prefix(upto, ids)
-    stop = shared if shared == len(upto) else shared + 1
-    return (first, min(stop, len(ids))) if stop > first else None
+    return chatmessages.user_span(prompt, text, head, partial(tokenize_rendered, tokenizer))

@@ -260,6 +260,11 @@ class TransformersEngine:
         """Every decoder layer: a hook adds at any of them (steering.py)."""
         return range(self._facts.n_layers)
 
+    @property
+    def readable_layers(self) -> range:
+        """Every decoder layer: a hook reads any of them (capture.py)."""
+        return range(self._facts.n_layers)
+
     @contextmanager
     def steered(self, source: SteeringSource) -> Iterator[None]:
         """Generations started inside the block are steered; the KV prefix is kept per state.
