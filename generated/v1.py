@@ -332,6 +332,42 @@ class TextOffsetItem(RootModel[int]):
     root: Annotated[int, Field(ge=0)]
 
 
+class Timings(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    queue_ms: Annotated[float, Field(ge=0.0)]
+    cache_n: Annotated[int, Field(ge=0)]
+    prompt_n: Annotated[int, Field(ge=0)]
+    prompt_ms: Annotated[float, Field(ge=0.0)]
+    prompt_per_token_ms: Annotated[float, Field(ge=0.0)]
+    prompt_per_second: Annotated[float, Field(ge=0.0)]
+    predicted_n: Annotated[int, Field(ge=0)]
+    predicted_ms: Annotated[float, Field(ge=0.0)]
+    predicted_per_token_ms: Annotated[float, Field(ge=0.0)]
+    predicted_per_second: Annotated[float, Field(ge=0.0)]
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    request_id: str | None = None
+    cancelled: bool
+    tokens: Annotated[int, Field(ge=0)]
+    tok_s: float
+    load_s: float | None = None
+    prefill_s: float
+    prefill_tps: float | None = None
+    n_prompt: int
+    n_past: int
+    compute_s_tok: float | None = None
+    cpu_s_tok: float | None = None
+    majflt_tok: float | None = None
+    loop_overhead_s_tok: float | None = None
+    ttft_s: float
+
+
 class Served(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -1067,6 +1103,8 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: Usage1
     millm: Millm | None = None
+    timings: Timings | None = None
+    millm_summary: RunSummary | None = None
     millm_probe_verdicts: Annotated[
         list[ProbeResult] | None,
         Field(
@@ -1116,6 +1154,8 @@ class ChatCompletionChunk(BaseModel):
         ),
     ] = None
     millm: Millm | None = None
+    timings: Timings | None = None
+    millm_summary: RunSummary | None = None
     millm_probe_verdicts: Annotated[
         list[ProbeResult] | None,
         Field(
@@ -1158,6 +1198,8 @@ class Completion(BaseModel):
         ),
     ] = None
     millm: Millm | None = None
+    timings: Timings | None = None
+    millm_summary: RunSummary | None = None
     millm_probe_verdicts: Annotated[
         list[ProbeResult] | None,
         Field(
@@ -1189,6 +1231,8 @@ class CompletionChunk(BaseModel):
         ),
     ] = None
     millm: Millm | None = None
+    timings: Timings | None = None
+    millm_summary: RunSummary | None = None
     millm_probe_verdicts: Annotated[
         list[ProbeResult] | None,
         Field(

@@ -73,6 +73,7 @@ from .store.database import Database
 from .store.probes import ProbeStore
 from .store.profiles import ProfileStore
 from .store.responses import ResponseStore
+from .tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +304,7 @@ class Server:
         self.bus = EventBus()
         self._log_events = LogEvents(self.bus)
         logging.getLogger("miserver").addHandler(self._log_events)
+        self.tracing = Tracing(settings.otlp_traces_endpoint)  # OTLP spans, when set
         self.state = self._services(registry, flags)
         self._app = RootAliases(
             AnthropicConventions(
@@ -353,17 +355,10 @@ class Server:
         live = _live_steering(settings, self._db)
         probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max), metrics)
         service = CompletionService(
-            settings,
-            manager,
-            scheduler,
-            executor,
-            live=live,
-            generating=session.generating_one,
-            bus=self.bus,
-            defaults=config.request_defaults,
-            probes=probes,
-            metrics=metrics,
-        )
+            settings, manager, scheduler, executor,
+            live=live, generating=session.generating_one, bus=bus,
+            defaults=config.request_defaults, probes=probes, metrics=metrics, tracing=self.tracing,
+        )  # fmt: skip
         admin = SteeringAdmin(live, manager)
         catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
         tokenizer = TokenizerService(settings, manager, scheduler, defaults=config.request_defaults)
@@ -419,6 +414,7 @@ class Server:
         logging.getLogger("miserver").removeHandler(self._log_events)
         self.state.manager.close()
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self.tracing.close()
         self._db.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

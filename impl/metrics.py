@@ -175,6 +175,23 @@ class Watch:
     _held: int = 0  # KV tokens this request's choices hold now
     _done: bool = False
 
+    @property
+    def first(self) -> float | None:
+        """When its first token came (perf_counter), None before."""
+        return self._first
+
+    def phases(self) -> list[tuple[str, float, float]]:
+        """Its phases so far, (name, start, end) on perf_counter: `queue` (arrival to turn),
+        `prefill` (turn to first token), `decode` (first token to last), each once begun."""
+        found = []
+        if self._turn is not None:
+            found.append(("queue", self.arrived, self._turn))
+            if self._first is not None:
+                found.append(("prefill", self._turn, self._first))
+        if self._first is not None and self._last is not None:
+            found.append(("decode", self._first, self._last))
+        return found
+
     def scheduled(self) -> None:
         """The request got its turn: its queue time."""
         self._turn = time.perf_counter()
@@ -230,6 +247,32 @@ class Watch:
         latency = time.perf_counter() - self.arrived
         m["vllm:e2e_request_latency_seconds"].labels(model).observe(latency)
         self._release()
+
+    def timings(self, prompt_tokens: int, completion_tokens: int, cached: int) -> dict[str, Any]:
+        """The request's timings so far, with llama.cpp's server's names and meanings
+        (`timings`) and `queue_ms`: its wait for a turn, its prompt's (from the turn to the
+        first token, the `cached` tokens the KV already held not run), its generated tokens'
+        (the first token to the last, `predicted_per_second` counting those after the
+        first). The three spans add up to the request's time from its arrival to its last
+        token (contract 0.27.0)."""
+        now = time.perf_counter()
+        turn = self.arrived if self._turn is None else self._turn
+        first = now if self._first is None else self._first
+        last = first if self._last is None else self._last
+        queue, prompt, predicted = turn - self.arrived, first - turn, last - first
+        prompt_n, decoded = max(prompt_tokens - cached, 0), max(completion_tokens - 1, 0)
+        return {
+            "queue_ms": queue * 1e3,
+            "cache_n": cached,
+            "prompt_n": prompt_n,
+            "prompt_ms": prompt * 1e3,
+            "prompt_per_token_ms": prompt * 1e3 / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": prompt_n / prompt if prompt > 0 else 0.0,
+            "predicted_n": completion_tokens,
+            "predicted_ms": predicted * 1e3,
+            "predicted_per_token_ms": predicted * 1e3 / decoded if decoded else 0.0,
+            "predicted_per_second": decoded / predicted if predicted > 0 else 0.0,
+        }
 
     def aborted(self) -> None:
         """The client left or the generation failed: each open choice ends as `abort`."""

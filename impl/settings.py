@@ -218,6 +218,13 @@ class Settings:
         None,
         "Seconds between `: waiting for a turn` comments to a queued stream.",
     )
+    otlp_traces_endpoint: str | None = _knob(
+        None,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "--otlp-traces-endpoint",
+        "An OTLP/HTTP traces endpoint (`http://host:4318/v1/traces`): each generation request "
+        "is sent there as spans (docs/OPERATIONS.md). Unset: no spans are made.",
+    )
     stream_interval: float = _knob(
         0.05,
         "STREAM_INTERVAL_SECONDS",

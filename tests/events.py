@@ -3,6 +3,7 @@
 - `data_of(lines)`: the `data:` payloads of a response's SSE lines, parsed (`[DONE]` kept).
 - `Events(origin)`: GET /api/events read in a thread, its comments and headers kept, its
   connection closed when the block ends; `wait_for(ready)` polls what it has seen.
+- `DONE_KEYS`: the keys of a `done` event (and of a reply's `millm_summary`).
 - `RowWatch(server)`: GET /api/health/inference polled in a thread: the most slots in use
   and the longest queue it saw.
 """
@@ -20,6 +21,23 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
+DONE_KEYS = frozenset(  # a `done` event's (LOC-EVENTS-13), and a reply's `millm_summary`
+    {
+        "cancelled",
+        "tokens",
+        "tok_s",
+        "load_s",
+        "prefill_s",
+        "prefill_tps",
+        "n_prompt",
+        "n_past",
+        "compute_s_tok",
+        "cpu_s_tok",
+        "majflt_tok",
+        "loop_overhead_s_tok",
+        "ttft_s",
+    }
+)
 WAIT_S = 120.0  # an `Events` stream's read timeout, and how long `wait_for` waits
 STOP_S = 5.0  # how long the block's end waits for the reader to see it hung up
 

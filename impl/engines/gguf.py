@@ -39,6 +39,10 @@ class NotGGUF(ValueError):
     """The file is not a readable GGUF file."""
 
 
+class HeaderCut(NotGGUF):
+    """The data ends before the header does (a range read that stopped too soon)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GGUFFacts:
     """The header facts the server needs: naming, fingerprints, window, template."""
@@ -56,7 +60,7 @@ def _read(handle: BinaryIO, fmt: str) -> Any:
     size = struct.calcsize(fmt)
     raw = handle.read(size)
     if len(raw) != size:
-        raise NotGGUF("the header ends early")
+        raise HeaderCut("the header ends early")
     return struct.unpack(fmt, raw)[0]
 
 
@@ -64,7 +68,7 @@ def _string(handle: BinaryIO) -> str:
     length = _read(handle, "<Q")
     raw = handle.read(length)
     if len(raw) != length:
-        raise NotGGUF("the header ends early")
+        raise HeaderCut("the header ends early")
     return raw.decode("utf-8", errors="replace")
 
 

@@ -106,7 +106,8 @@ def admitted(endpoint: str, model_id: str, body: Mapping[str, Any]) -> Admission
     """The request let in to `endpoint` (serving/admission.py), or its refusal; with the W3C
     trace its `traceparent` joins (a fresh one when it sends none)."""
     admission = admit(state().manager, endpoint, model_id, body, request_headers=request.headers)
-    return replace(admission, trace_id=trace_id(request.headers.getlist(TRACE_HEADER)))
+    sent = tuple(request.headers.getlist(TRACE_HEADER))
+    return replace(admission, trace_id=trace_id(sent), traceparent=sent)
 
 
 async def respond(req: GenerationRequest, body: Mapping[str, Any]) -> Response:

@@ -45,7 +45,7 @@ from .catalog import PART, Catalog, CatalogFile, Entry, on_disk
 
 log = logging.getLogger(__name__)
 
-RETRYABLE = frozenset({6, 7, 16, 18, 28, 35, 52, 55, 56, 92})  # the line failed (LOC-DL-09)
+RETRYABLE = curl.LINE_FAILED  # the line failed (LOC-DL-09)
 ATTEMPTS = 6  # per file (LOC-DL-10)
 EVENT_EVERY_S = 0.25  # at most four progress events a second
 BAD = ".bad"

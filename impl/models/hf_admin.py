@@ -17,7 +17,7 @@ from ..errors import ApiError
 from . import inspection
 from .catalog import Catalog, CatalogFile, Entry
 from .hub import Hub, HubModel, Target, checked_path, models_of, parse_target
-from .inspection import HEADER_BYTES, Machine
+from .inspection import FIRST_SPAN, HEADER_BYTES, Machine
 
 
 class HfAdmin:
@@ -88,10 +88,7 @@ class HfAdmin:
         """POST /api/hf/inspect: the model's header, read by range requests before a byte of
         it is downloaded, and what this machine can do with it (LOC-HFI)."""
         target, model = await self._model(text, name, token)
-        headers = []
-        for file in model.files:
-            head = await self.hub.head(target, file.path, min(file.bytes, HEADER_BYTES), token)
-            headers.append(head)
+        headers = [await self._header(target, f.path, f.bytes, token) for f in model.files]
         facts = inspection.model_facts(headers)
         present = inspection.present_bytes(
             [(PurePosixPath(f.path).name, f.bytes) for f in model.files], machine.models_dir
@@ -110,6 +107,19 @@ class HfAdmin:
             "machine": facts_machine,
             "verdict": verdict,
         }
+
+    async def _header(self, target: Target, path: str, size: int, token: str | None) -> bytes:
+        """A GGUF file's header, read by ranges that grow only while it runs past them: the
+        first FIRST_SPAN bytes, then, while the header is cut, the next bytes (the whole read
+        so far doubled, and more), at most HEADER_BYTES in all (LOC-HFI-02)."""
+        head = b""
+        want = min(size, FIRST_SPAN, HEADER_BYTES)
+        while True:
+            head += await self.hub.span(target, path, len(head), want - len(head), token)
+            last = len(head) < want or want >= min(size, HEADER_BYTES)
+            if last or not inspection.cut(head):
+                return head
+            want = min(want * 4, size, HEADER_BYTES)
 
     def forget(self, entry_id: str) -> None:
         """DELETE /api/hf/entry/{id}: an added entry leaves the catalog; its files stay."""

@@ -40,6 +40,7 @@ QUANT = re.compile(
 )
 DRAFT_PREFIXES = ("mtp-", "dflash-", "draft-")
 SEARCH_LIMIT = 20
+SPAN_WAITS = (0.25, 0.5, 1.0)  # before each new try of a header read whose line failed
 EXPAND = ("downloads", "likes", "lastModified", "gated")
 
 
@@ -222,14 +223,25 @@ class Hub:
             files.append(RepoFile(str(item.get("path", "")), int(item.get("size") or 0), sha))
         return files
 
-    async def head(self, target: Target, path: str, count: int, token: str | None) -> bytes:
-        """The first `count` bytes of a file, by a range request (LOC-HFI-02); 502 when they
-        cannot be fetched (LOC-HFI-28)."""
+    async def span(
+        self, target: Target, path: str, start: int, count: int, token: str | None
+    ) -> bytes:
+        """Bytes `start`.. (`count` of them, fewer at the file's end) of a file, by a range
+        request (LOC-HFI-02). A line that fails (curl.LINE_FAILED: the site dropped it, a
+        timeout) is tried again, as a download's is, after SPAN_WAITS; 502 when they cannot be
+        fetched (LOC-HFI-28)."""
         revision = quote(target.revision, safe="")
         url = f"{self.endpoint}/{target.repo}/resolve/{revision}/{quote(path)}"
-        options = ["--fail", "--range", f"0-{count - 1}"]
+        options = ["--fail", "--range", f"{start}-{start + count - 1}"]
         failed = f"The header of {path} could not be fetched", "name"
-        return (await self._fetch(url, options, token, failed))[:count]
+        for wait in (*SPAN_WAITS, None):
+            try:
+                return (await self._fetch(url, options, token, failed))[:count]
+            except LineFailed:
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
     async def _json(self, path: str, token: str | None) -> Any:
         """GET `path` on the endpoint with curl; the body as JSON, or the refusal."""
@@ -272,8 +284,14 @@ class Hub:
         if process.returncode != 0:
             said = err.decode("utf-8", "replace").strip() or f"curl exit {process.returncode}"
             message, param = failed
-            raise ApiError("upstream_error", f"{message}: {said}", param)
+            kind = LineFailed if process.returncode in curl.LINE_FAILED else ApiError
+            raise kind("upstream_error", f"{message}: {said}", param)
         return out
+
+
+class LineFailed(ApiError):
+    """The site could not be fetched because the line failed (curl.LINE_FAILED): worth
+    another try."""
 
 
 def _bad_answer(what: str) -> ApiError:

@@ -26,6 +26,7 @@ from ..engines import gguf
 from .listing import gguf_role
 
 HEADER_BYTES = 48 << 20  # the key/value header and tensor infos of any GGUF we know
+FIRST_SPAN = 1 << 20  # a header's first read; each next one reads as much again, and more
 MARGIN = 512 << 20  # memory this process keeps for itself beyond the weights
 MIB = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
@@ -63,6 +64,18 @@ def meta_int(meta: dict[str, Any], key: str) -> int:
     """A header's integer at `key`; 0 when absent or not an integer (a bool is not one)."""
     value = meta.get(key)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def cut(head: bytes) -> bool:
+    """Whether `head`, a file's first bytes, stops inside its GGUF header (more of them would
+    let it parse); False once it parses, or when it never will."""
+    try:
+        gguf.read_header(io.BytesIO(head))
+    except gguf.HeaderCut:
+        return True
+    except (gguf.NotGGUF, ValueError, KeyError, OverflowError, MemoryError):
+        return False
+    return False
 
 
 def model_facts(headers: Sequence[bytes]) -> dict[str, Any]:

@@ -96,7 +96,8 @@ def propose(
     regime = _regime(held, budget, subject.engine, bool(values.get("n-gpu-layers")))
     per_token = cost.decode_s(facts.shape, facts.machine, settings)
     prefill = cost.prefill_tokens_per_s(facts.shape, facts.machine, settings)
-    decisions += _notes(facts, regime, held, budget, ledger)
+    offloaded = int(values.get("n-gpu-layers") or 0)
+    decisions += _notes(facts, regime, held, budget, ledger, offloaded)
     machine_text = machine_sentence(facts.machine)
     proposal: dict[str, Any] = {
         "available": True,
@@ -192,8 +193,29 @@ def _regime(held: int, budget: int, engine: EngineId, gpu: bool) -> str:
     return "mmap-paged"
 
 
+def _placement(n_layer: int, offloaded: int) -> tuple[str, int, str, str]:
+    """The placement note: where the layers run, named by the number that decides it (the
+    layers on the host, `offloaded` of `n_layer` on the GPU)."""
+    on_gpu = min(max(offloaded, 0), n_layer)
+    on_host = n_layer - on_gpu
+    text = f"{on_host} of {n_layer} layers on the CPU" + (
+        f", {on_gpu} on the GPU" if on_gpu else ""
+    )
+    why = (
+        "the GPU computes the offloaded layers, the host the rest"
+        if on_gpu
+        else "the host computes the prompt and the tokens"
+    )
+    return ("placement", on_host, text, f"{text[0].upper()}{text[1:]}: {why}.")
+
+
 def _notes(
-    facts: Facts, regime: str, held: int, budget: int, ledger: list[cost.Row]
+    facts: Facts,
+    regime: str,
+    held: int,
+    budget: int,
+    ledger: list[cost.Row],
+    offloaded: int = 0,
 ) -> list[dict[str, Any]]:
     m = facts.machine
     read = m.read_rate
@@ -205,12 +227,7 @@ def _notes(
             f"The model runs {REGIMES[regime]}: its ledger, {held // MIB} MiB, against "
             f"{budget // MIB} MiB this process may hold.",
         ),
-        (
-            "placement",
-            "-",
-            "every layer on the CPU" if regime != "gpu-full" else "every layer on the GPU",
-            "Where the layers run: the host computes the prompt and the tokens.",
-        ),
+        _placement(facts.shape.n_layer, offloaded),
         (
             "memory-ledger",
             held,

@@ -42,6 +42,7 @@ class Admission:
     ignored: tuple[str, ...]
     strict: bool
     trace_id: str = ""  # the W3C trace the request joins (probes/trace.py)
+    traceparent: tuple[str, ...] = ()  # the `traceparent` values it sent (tracing.py)
 
     def honours(self, name: str) -> bool:
         """Whether this endpoint uses the field `name` on this model."""

@@ -127,31 +127,31 @@ class Meter:
         )
         self._last, self._cpu_last, self._flt_last = now, cpu, flt
 
-    def done(self, cancelled: bool) -> None:
-        """The generation's summary (the `done` event)."""
+    def done(self, cancelled: bool) -> dict[str, Any]:
+        """The generation's summary: the `done` event, sent and returned (a reply's
+        `millm_summary`, LOC-CHAT-64/71)."""
         now = time.perf_counter()
         first = self._first if self._first is not None else now
         prefill = first - self._start
         decoded = max(self._tokens - 1, 0)
         decode_s = now - first
         per = (lambda total: total / decoded) if decoded else (lambda _total: 0.0)
-        self.emit(
-            "done",
-            {
-                "request_id": self.request_id,
-                "cancelled": cancelled,
-                "tokens": self._tokens,
-                "tok_s": decoded / decode_s if decoded and decode_s > 0 else 0.0,
-                "load_s": self.load_s,
-                "prefill_s": prefill,
-                "prefill_tps": self.n_prompt / prefill if prefill > 0 else 0.0,
-                "n_prompt": self.n_prompt,
-                "n_past": self.n_prompt + self._tokens,
-                "compute_s_tok": per(self._compute),
-                "cpu_s_tok": per(time.process_time() - self._cpu_start),
-                "majflt_tok": per(_majflt() - self._flt_start),
-                "loop_overhead_s_tok": per(max(decode_s - self._compute, 0.0)),
-                "ttft_s": prefill,
-                **DONE_ZEROS,
-            },
-        )
+        summary = {
+            "request_id": self.request_id,
+            "cancelled": cancelled,
+            "tokens": self._tokens,
+            "tok_s": decoded / decode_s if decoded and decode_s > 0 else 0.0,
+            "load_s": self.load_s,
+            "prefill_s": prefill,
+            "prefill_tps": self.n_prompt / prefill if prefill > 0 else 0.0,
+            "n_prompt": self.n_prompt,
+            "n_past": self.n_prompt + self._tokens,
+            "compute_s_tok": per(self._compute),
+            "cpu_s_tok": per(time.process_time() - self._cpu_start),
+            "majflt_tok": per(_majflt() - self._flt_start),
+            "loop_overhead_s_tok": per(max(decode_s - self._compute, 0.0)),
+            "ttft_s": prefill,
+            **DONE_ZEROS,
+        }
+        self.emit("done", summary)
+        return summary

@@ -12,26 +12,11 @@ import pytest
 
 from tests.conftest import MODEL_ID
 from tests.e2e.conftest import LiveServer, live_server
-from tests.events import Events
+from tests.events import DONE_KEYS, Events
 
 JSON = {"Content-Type": "application/json"}
 USER = [{"role": "user", "content": "Write a long story about a dragon."}]
 TOKEN_KEYS = {"step", "steps", "wall_ms", "compute_ms", "cpu_ms", "rss_mib", "mem_available_mib"}
-DONE_KEYS = {
-    "cancelled",
-    "tokens",
-    "tok_s",
-    "load_s",
-    "prefill_s",
-    "prefill_tps",
-    "n_prompt",
-    "n_past",
-    "compute_s_tok",
-    "cpu_s_tok",
-    "majflt_tok",
-    "loop_overhead_s_tok",
-    "ttft_s",
-}
 
 
 @pytest.fixture(scope="module")

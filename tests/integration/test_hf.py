@@ -4,6 +4,7 @@ with `huggingface_hub`'s own client, so the shapes are the site's and not our gu
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -319,9 +320,7 @@ def test_inspect_reads_the_header_by_range_and_sets_it_against_this_machine(
     size = gguf_path.stat().st_size
     ask = {"repo": REPO, "name": "tiny-Q4_1.gguf"}
     found = api.post("/hf/inspect", json=ask).json()
-    ranges = [r["range"] for r in fake.requests if r["path"] == "tiny-Q4_1.gguf"]
-    assert ranges and all(r and r.startswith("bytes=0-") for r in ranges)
-    assert int(ranges[0].split("-")[1]) < size - 1  # never the whole file
+    assert read_ranges(fake, "tiny-Q4_1.gguf")[-1][1] < size - 1  # never the whole file
     model = found["model"]
     assert (found["bytes"], found["files"], found["complete"]) == (size, 1, True)
     assert (model["readable"], model["arch"], model["role"], model["type"]) == (
@@ -365,6 +364,42 @@ def test_inspect_reads_the_header_by_range_and_sets_it_against_this_machine(
     fake.faults["tiny-Q4_1.gguf"] = Fault(status=500)
     unfetched = api.post("/hf/inspect", json=ask)
     assert (unfetched.status_code, unfetched.json()["error"]["code"]) == (502, "upstream_error")
+
+
+def read_ranges(fake: Hub, path: str) -> list[tuple[int, int]]:
+    """The byte ranges the server asked `path` for, in order: contiguous from 0 (each read
+    takes only bytes not read yet)."""
+    ranges = []
+    for request in fake.requests:
+        if request["path"] == path:
+            value = request["range"]
+            assert value is not None and value.startswith("bytes=")
+            first, last = value.removeprefix("bytes=").split("-")
+            ranges.append((int(first), int(last)))
+    assert ranges and ranges[0][0] == 0
+    for before, after in itertools.pairwise(ranges):
+        assert after[0] in (0, before[1] + 1), ranges  # the next bytes, or a new inspect
+    return ranges
+
+
+def test_inspect_reads_only_the_bytes_the_header_needs_and_retries_a_dropped_line(
+    api: httpx.Client, hub: tuple[Hub, str], gguf_path: Path
+) -> None:
+    """Issue 47 item 5, LOC-HFI-02: the header is read by ranges that grow only while it runs
+    past them (SmolLM2's header is 1.7 MiB: 1 MiB, then the next 3 MiB, never 48 MiB), and a
+    line the site drops mid-range is tried again, as a download's is: the answer is whole."""
+    fake, _ = hub
+    ask = {"repo": REPO, "name": "tiny-Q4_1.gguf"}
+    assert api.post("/hf/inspect", json=ask).json()["model"]["readable"] is True
+    ranges = read_ranges(fake, "tiny-Q4_1.gguf")
+    assert ranges == [(0, (1 << 20) - 1), (1 << 20, (4 << 20) - 1)]
+    fake.requests.clear()
+    fake.faults["tiny-Q4_1.gguf"] = Fault(drop_after=100_000, drops=2)
+    again = api.post("/hf/inspect", json=ask)
+    assert again.status_code == 200, again.text
+    assert again.json()["model"]["block_count"] == 30
+    retried = read_ranges(fake, "tiny-Q4_1.gguf")
+    assert retried == [(0, (1 << 20) - 1)] * 3 + [(1 << 20, (4 << 20) - 1)]
 
 
 def test_inspect_with_a_model_loaded_counts_that_a_load_unloads_it(

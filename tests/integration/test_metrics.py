@@ -5,6 +5,7 @@ known load, the gauges come back to idle, and both probes answer as Kubernetes r
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from starlette.testclient import TestClient
 from miserver.app import Server
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, LocalClient, cache_dir
+from tests.events import DONE_KEYS, data_of
 
 pytestmark = pytest.mark.model
 
@@ -156,3 +158,48 @@ def test_metrics_under_the_security_model(tmp_path: Path) -> None:
             assert keyed.status_code == 200, path
         foreign = client.get("/metrics", headers={"Host": "evil.example"})
         assert foreign.status_code == 403
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_a_reply_carries_its_timings_and_run_summary(fresh: TestClient, path: str) -> None:
+    """Issue 47 item 4, LOC-CHAT-71 (contract 0.27.0): a reply's `timings` use llama.cpp's
+    names: `prompt_n` the tokens run and `cache_n` those the KV held, `predicted_n` the
+    generated tokens; queue, prompt and decode add up to the request's wall time within 5%;
+    `millm_summary` holds the `done` event's keys for the choice."""
+    body = ask("Count slowly from one to forty.", max_tokens=64, ignore_eos=True)
+    if path == "/v1/completions":
+        body = {**body, "prompt": "Count slowly from one to forty:"}
+        del body["messages"]
+    fresh.post(path, json=body)  # loads the model: the next is timed warm
+    started = time.perf_counter()
+    response = fresh.post(path, json=body)
+    wall_ms = (time.perf_counter() - started) * 1000
+    assert response.status_code == 200, response.text
+    reply = response.json()
+    usage, timings = reply["usage"], reply["timings"]
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert (timings["cache_n"], timings["prompt_n"]) == (cached, usage["prompt_tokens"] - cached)
+    assert timings["predicted_n"] == usage["completion_tokens"] == 64
+    spans = timings["queue_ms"] + timings["prompt_ms"] + timings["predicted_ms"]
+    assert spans == pytest.approx(wall_ms, rel=0.05)
+    assert timings["predicted_per_second"] == pytest.approx(
+        63 / timings["predicted_ms"] * 1000, rel=1e-6
+    )
+    summary = reply["millm_summary"]
+    assert set(summary) >= DONE_KEYS
+    assert (summary["tokens"], summary["cancelled"]) == (64, False)
+    assert summary["n_prompt"] == usage["prompt_tokens"]
+
+
+def test_a_streams_last_choice_chunk_carries_them(fresh: TestClient) -> None:
+    """Issue 47 item 4, LOC-CHAT-64 (contract 0.27.0): the last choice chunk of a stream (its
+    finish chunk) carries `timings` and `millm_summary`; no other chunk does."""
+    body = ask("Name three colours.", max_tokens=12, stream=True)
+    with fresh.stream("POST", "/v1/chat/completions", json=body) as response:
+        chunks = [c for c in data_of(list(response.iter_lines())) if isinstance(c, dict)]
+    carrying = [c for c in chunks if "timings" in c or "millm_summary" in c]
+    assert len(carrying) == 1
+    [last] = carrying
+    assert last["choices"] and last["choices"][0]["finish_reason"] is not None
+    assert last["timings"]["predicted_n"] == last["millm_summary"]["tokens"]
+    assert set(last["millm_summary"]) >= DONE_KEYS

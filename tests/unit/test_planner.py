@@ -186,6 +186,20 @@ def test_a_model_larger_than_memory_is_paged(smol: Shape) -> None:
     assert title("cache-floor") == "Cache floor"
 
 
+def test_every_note_names_the_number_that_decided_it(smol: Shape) -> None:
+    """Issue 47 item 5, LOC-PLAN-11: each note's brief names its number, the placement's too
+    (the layers on the CPU, of the model's)."""
+    proposal = plan(smol, facts(smol))
+    notes = {d["knob"]: d for d in proposal["decisions"] if d["group"] == "notes"}
+    placement = notes["placement"]
+    n = smol.n_layer
+    assert placement["value"] == n
+    assert placement["value_text"] == f"{n} of {n} layers on the CPU"
+    assert placement["brief"].startswith(f"{n} of {n} layers on the CPU: ")
+    for note in notes.values():
+        assert re.search(r"\d", note["brief"]), note
+
+
 def test_the_proposal_holds_every_documented_field(smol: Shape) -> None:
     """LOC-PLAN-09, LOC-PLAN-10, LOC-PLAN-25, LOC-PLAN-26, LOC-PLAN-27, LOC-PLAN-31,
     LOC-PLAN-35, LOC-PLAN-36, LOC-PLAN-37, LOC-PLAN-38, LOC-PLAN-39, LOC-PLAN-40,

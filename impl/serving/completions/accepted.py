@@ -10,12 +10,14 @@ what varies with the engine that serves it is a `Prepared` (prepared.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ...engines.base import Engine, Hooks
 from ...metrics import Watch
 from ...models.registry import ModelEntry
 from ...steering.live import LiveSteering
 from ...steering.source import RequestSource
+from ...tracing import RequestTrace
 from . import steered
 from .defaults import RequestDefaults
 from .generation import ChoiceEnd
@@ -33,6 +35,7 @@ class Accepted:
     reading: Reading | None = None  # `return_sae_activations`, resolved (OAI-ACT)
     probes: ProbeRun | None = None  # the armed probes, while any is (REQ-000 PROBE)
     watch: Watch | None = None  # its metrics, from its arrival (GET /metrics)
+    trace: RequestTrace | None = None  # its spans, made at its end (tracing.py); None: off
 
     def hooks(self, steering: RequestSource | None) -> Hooks:
         """One choice's hooks: the request's steering, a fresh probe monitor, a fresh
@@ -48,10 +51,12 @@ class Accepted:
     def interrupted(self, prepared: Prepared, request_id: str, exc: BaseException) -> None:
         """A response that never went out whole (the client left, or the generation
         failed): its probe results recorded as `interrupted` (OAI-PROBE-09)."""
+        reason = "generation_failed" if isinstance(exc, Exception) else "client_disconnected"
         if self.watch is not None:
             self.watch.aborted()
+            if self.trace is not None:
+                self.trace.end(self.watch, self._attributes(prepared), error=reason)
         if self.probes is not None:
-            reason = "generation_failed" if isinstance(exc, Exception) else "client_disconnected"
             self.probes.interrupted(prepared, request_id, reason)
 
     def as_row(self, prepared: Prepared | None, resident: Engine | None) -> bool:
@@ -71,9 +76,33 @@ class Accepted:
             size = len(prepared.prompt_ids[prompt])
             self.watch.ended(end.finish_reason, end.completion_tokens, size)
 
+    def report(self, prepared: Prepared, tally: Tally, end: ChoiceEnd | None) -> dict[str, Any]:
+        """What a reply (and a stream's last choice chunk) reports of its run: `timings`, the
+        request's (llama.cpp's keys, metrics.Watch.timings), and `millm_summary`, its last
+        choice's `done` summary (LOC-CHAT-64, LOC-CHAT-71; contract 0.27.0)."""
+        found: dict[str, Any] = {}
+        if self.watch is not None:
+            counts = (prepared.prompt_tokens, tally.completion, tally.cached)
+            found["timings"] = self.watch.timings(*counts)
+        if end is not None and end.summary is not None:
+            found["millm_summary"] = dict(end.summary)
+        return found
+
     def finished(self, prepared: Prepared, tally: Tally, statement: str, rung: str | None) -> None:
         """The request ended whole: its metrics (the prompt billed, where its steering came
         from, read off its X-miLLM-Steering `statement` and circuit `rung`)."""
         if self.watch is not None:
             self.watch.steered(steered.origin(self.request.steering, statement, rung))
             self.watch.finished(prepared.prompt_tokens, tally.cached)
+            if self.trace is not None:
+                attributes = self._attributes(prepared)
+                attributes["gen_ai.usage.output_tokens"] = tally.completion
+                self.trace.end(self.watch, attributes)
+
+    def _attributes(self, prepared: Prepared) -> dict[str, Any]:
+        """Its span's attributes (OpenTelemetry's gen_ai names where they exist)."""
+        return {
+            "gen_ai.request.model": self.entry.model_id,
+            "gen_ai.usage.input_tokens": prepared.prompt_tokens,
+            "miserver.endpoint": self.request.endpoint,
+        }

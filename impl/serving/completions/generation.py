@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -59,6 +59,7 @@ class ChoiceEnd:
     cached_tokens: int = 0
     captured: Captured | None = None
     stop: str | None = None  # the stop sequence that ended the choice (vLLM's `stop_reason`)
+    summary: Mapping[str, Any] | None = None  # its `done` event (telemetry.py), once it ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +112,10 @@ def run_choice(
 def ended(
     job: ChoiceJob, end: ChoiceEnd | ChoiceFailed, emit: Callable[[ChoiceEvent], None]
 ) -> None:
-    """A choice's one end event: its `done` telemetry, then the event itself."""
+    """A choice's one end event: its `done` telemetry (the summary it carries), then the
+    event itself."""
     if job.meter is not None and isinstance(end, ChoiceEnd):
-        job.meter.done(cancelled=end.finish_reason == "cancelled")
+        end = replace(end, summary=job.meter.done(cancelled=end.finish_reason == "cancelled"))
     emit(end)
 
 

@@ -28,6 +28,7 @@ from ...probes.verdicts import serialize as serialize_verdicts
 from ...settings import Settings
 from ...steering.live import LiveSteering
 from ...steering.source import RequestSource
+from ...tracing import RequestTrace, Tracing
 from ..admission import Admission
 from ..arrivals import Arrivals
 from ..chat.tools import format_header
@@ -48,6 +49,8 @@ from .requests import GenerationRequest
 from .scoring_service import ScoringService
 from .streamed import Finished, choice_chunks
 
+ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}  # span names
+
 
 class CompletionService:
     def __init__(
@@ -63,8 +66,10 @@ class CompletionService:
         defaults: Callable[[], RequestDefaults] = RequestDefaults,
         probes: ProbeAdmin | None = None,
         metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._metrics = metrics  # GET /metrics (none in tests that build the service alone)
+        self._tracing = tracing  # OTLP spans (tracing.py); None or off: none made
         self._probes = probes  # the armed probes, and where their results are recorded
         self._defaults = defaults  # the config's, read per request
         self._generating = generating  # counts a generation in /api/info while it runs
@@ -116,10 +121,18 @@ class CompletionService:
                 self._probes, admission.trace_id, self._live, admission.entry.model_id
             ),
             watch=arrived,
+            trace=self._trace(req, admission),
         )
         return await (
             self._stream(accepted, headers) if req.stream else self._reply(accepted, headers)
         )
+
+    def _trace(self, req: GenerationRequest, admission: Admission) -> RequestTrace | None:
+        """The request's spans while tracing is on (tracing.py), named by its route."""
+        if self._tracing is None:
+            return None
+        route = ROUTES.get(req.endpoint, f"/v1/{req.endpoint}")
+        return self._tracing.request(f"POST {route}", admission.traceparent, req.stream)
 
     async def _ready(
         self, accepted: Accepted, engine: Engine, prepared: Prepared | None = None
@@ -192,6 +205,7 @@ class CompletionService:
         statement, rung = steered.header(source), steered.rung(source)
         accepted.finished(prepared, tally, statement, rung)
         body = env.body(choices, tally.usage(prepared), shapes.fingerprint(prepared.engine.facts))
+        body |= accepted.report(prepared, tally, last)
         if accepted.reading is not None and last is not None:  # only when asked (OAI-ACT-15)
             body["millm"] = accepted.reading.millm(last.captured, prepared)
         headers = {**headers, **format_header(prepared.tools), hdr.STEERING: statement}
@@ -310,7 +324,10 @@ class CompletionService:
                             accepted.probes.ended(prepared, item.end, request_id)
                         # one usage per stream: the whole request's, never per choice
                         whole = tally.usage(prepared)
-                        yield out.finish([item.choice], whole if i == last else None, whole)
+                        chunk = out.finish([item.choice], whole if i == last else None, whole)
+                        if i == last:  # the run's timings and summary (LOC-CHAT-64)
+                            chunk |= accepted.report(prepared, tally, item.end)
+                        yield chunk
         except BaseException as exc:  # the client left, or the generation failed
             accepted.interrupted(prepared, request_id, exc)
             raise
