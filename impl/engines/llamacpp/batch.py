@@ -421,15 +421,15 @@ class Rows:
     ) -> None:
         """One batch of prompt tokens (row, index in its todo) of rows steered alike."""
         ends: list[tuple[Row, int]] = []
-        self._tap.want(group.layers)
-        every = self._tap.every_row  # the last layer read: every row's logits kept
+        layers = group.layers
+        every = self._tap.reads_last(layers)  # the last layer read: every row's logits kept
         for i, (row, j) in enumerate(chunk):
             last = j == len(row.todo) - 1
             put(self._batch, i, row.todo[j], base[id(row)] + j, row.seq, last or every)
             if last:
                 ends.append((row, i))
         self._batch.n_tokens = len(chunk)
-        self._decode(group.vectors, group.layers)
+        self._decode(group.vectors, layers)
         self._observed(group)
         for row, j in chunk:
             ran[id(row)] = j + 1

@@ -89,7 +89,8 @@ class Context:
         time a generation reads, the context is made anew with the tap as its evaluation
         callback (tap.py): until then none runs at all. What the KV held is dropped then."""
         if observer is None:
-            self._tap.want(())
+            if self._tapped:  # an untapped context reads nothing already
+                self._tap.want(())
             return
         if not self._tapped:
             tapped(self.llama, self._tap)
@@ -134,11 +135,9 @@ class Context:
         another steering state is never reused."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
-        self._read_by(observer)
+        vectors = self._run_under(steering, observer)
         llama = self.llama
         n = llama.n_tokens
-        vectors = vectors_of(steering)
-        self._cvec.set(vectors)
         key = key_of(steering)
         if self._owner is owner and n == len(ids) - 1:  # the owner's next token: the common case
             if key != self._key:  # the state moved mid-generation: its KV mixes two
@@ -156,6 +155,14 @@ class Context:
         self._owner = owner
         self._prefill(ids, reused, observer, vectors)
         return reused
+
+    def _run_under(self, steering: SteeringSource | None, observer: Observer | None) -> Vectors:
+        """The next decodes read by `observer` and steered by `steering`'s vectors, read now
+        (returned: what the observer's pre-steering rows take off)."""
+        self._read_by(observer)
+        vectors = vectors_of(steering)
+        self._cvec.set(vectors)
+        return vectors
 
     def _observed(self, observer: Observer | None, vectors: Vectors) -> None:
         """Hand the last decode's rows of the layers read to `observer`."""
@@ -270,10 +277,8 @@ class Context:
         decoded."""
         if self._closed:
             raise RuntimeError("the llama.cpp context is closed")
-        self._read_by(observer)
+        vectors = self._run_under(steering, observer)
         llama, batch = self.llama, self._batch
-        vectors = vectors_of(steering)
-        self._cvec.set(vectors)
         self._take_prefix((), key_of(steering))
         self._owner = owner
         llama._ctx.kv_cache_seq_rm(-1, 0, -1)

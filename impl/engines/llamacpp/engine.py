@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -40,7 +40,6 @@ from .context import Context
 from .deciding import KeptPrefix
 from .decoding import check_ids, decode
 from .sampling import Seeds, new_rng
-from .steering import check_layers
 from .tap import Observer
 
 logger = logging.getLogger(__name__)
@@ -180,15 +179,21 @@ class LlamaCppEngine:
         return decode(self.context, prompt_ids, params, seed=seed, guide=guide, hooks=hooks)
 
     def check_hooks(self, hooks: Hooks) -> None:
-        """Refuse what this engine cannot run (ValueError): a steering layer with no control
-        vector slot, a layer to read that the model lacks."""
-        check_layers(hooks.steering, self._facts.n_layers)
-        layers = [] if hooks.monitor is None else list(hooks.monitor.layers)
-        if hooks.capture is not None:
-            layers.append(hooks.capture.layer)
-        outside = [layer for layer in layers if layer not in self.readable_layers]
-        if outside:
-            raise ValueError(f"layer {outside[0]} is outside 0..{self._facts.n_layers - 1}")
+        """Refuse what this engine cannot run (ValueError): a steering layer outside
+        `steerable_layers` (the control vector has no slot for layer 0), a layer to read
+        outside `readable_layers`."""
+        last = self._facts.n_layers - 1
+        steered = () if hooks.steering is None else hooks.steering.layers()
+        bad = _outside(steered, self.steerable_layers)
+        if bad is not None:
+            raise ValueError(
+                f"llama.cpp steers layers 1..{last} (its control vector has no slot for layer "
+                f"0), not layer {bad}"
+            )
+        observer = Observer.of(hooks)
+        bad = _outside(() if observer is None else observer.layers, self.readable_layers)
+        if bad is not None:
+            raise ValueError(f"layer {bad} is outside 0..{last}")
 
     def score(
         self, prompt_ids: Sequence[int], query: ScoreQuery, capture: Capture | None = None
@@ -198,8 +203,9 @@ class LlamaCppEngine:
         if query.precision != "native":
             raise ValueError("the llama.cpp engine scores at its native precision only")
         check_ids(prompt_ids, self._facts.vocab_size)
-        self.check_hooks(Hooks(capture=capture))
-        observer = Observer.of(Hooks(capture=capture))
+        hooks = Hooks(capture=capture)
+        self.check_hooks(hooks)
+        observer = Observer.of(hooks)
         try:
             return self.context.score(prompt_ids, query, observer)
         finally:
@@ -325,3 +331,8 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
 
 
 CAPABILITIES = capabilities_of(LlamaCppEngine)  # every protocol it implements
+
+
+def _outside(layers: Iterable[int], allowed: range) -> int | None:
+    """The lowest of `layers` not in `allowed`, or None."""
+    return min((layer for layer in layers if layer not in allowed), default=None)

@@ -7,7 +7,8 @@ output of decoder layer `il` as transformers' `model.layers[il]` returns it,
 where the transformers engine's hook adds (transformers/steering.py) and an
 SAE with a `resid_post` hook point reads, so the vector Σ strength·W_dec of
 miserver.steering.applied goes in unchanged. The vector covers layers 1..n-1
-(llama.cpp keeps no slot for layer 0): steering at layer 0 is refused here.
+(llama.cpp keeps no slot for layer 0): steering at layer 0 is refused
+(`LlamaCppEngine.steerable_layers`, checked by `check_hooks`).
 
 A control vector is one per context, for every token of a decode. So a
 sequence's steering is set before each decode that runs its tokens, and rows
@@ -66,18 +67,6 @@ def same(a: Vectors, b: Vectors) -> bool:
     if a.keys() != b.keys():
         return False
     return all(a[k] is b[k] or torch.equal(a[k], b[k]) for k in a)
-
-
-def check_layers(source: SteeringSource | None, n_layer: int) -> None:
-    """Refuse a source this engine cannot run: a layer without a control-vector slot."""
-    if source is None:
-        return
-    bad = sorted(layer for layer in source.layers() if not 1 <= layer < n_layer)
-    if bad:
-        raise ValueError(
-            f"llama.cpp steers layers 1..{n_layer - 1} (its control vector has no slot for "
-            f"layer 0), not layer {bad[0]}"
-        )
 
 
 class ControlVector:

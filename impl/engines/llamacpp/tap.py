@@ -101,7 +101,11 @@ class Tap:
     @property
     def every_row(self) -> bool:
         """Whether a decode must keep every position's logits: the last layer is read."""
-        return self._n_layer - 1 in self._wanted.values()
+        return self.reads_last(self._wanted.values())
+
+    def reads_last(self, layers: Iterable[int]) -> bool:
+        """Whether reading `layers` reads the last one (its rows only where logits are kept)."""
+        return self._n_layer - 1 in layers
 
     def want(self, layers: Iterable[int]) -> None:
         """Read `layers` at the decodes from now on (none: read nothing); drops rows not
