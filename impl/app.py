@@ -237,9 +237,12 @@ def _decisions(
     )
 
 
-def _metrics(manager: ModelManager, scheduler: Scheduler, bus: EventBus) -> Metrics:
-    """The metrics: gauges read from the manager and scheduler, downloads from the bus."""
-    metrics = Metrics(lambda: health.live(manager, scheduler, metrics))
+def _metrics(
+    settings: Settings, manager: ModelManager, scheduler: Scheduler, bus: EventBus
+) -> Metrics:
+    """The metrics: gauges read from the manager and scheduler, downloads from the bus; off
+    with --no-metrics."""
+    metrics = Metrics(lambda: health.live(manager, scheduler, metrics), on=not settings.no_metrics)
     bus.tap("download", metrics.download)
     return metrics
 
@@ -351,7 +354,7 @@ class Server:
     ) -> ServerState:
         """The services built on the shared manager, scheduler, session and config."""
         settings, executor, bus = self.settings, self._executor, self.bus
-        metrics = _metrics(manager, scheduler, bus)
+        metrics = _metrics(settings, manager, scheduler, bus)
         live = _live_steering(settings, self._db)
         probes = ProbeAdmin(ProbeStore(self._db, keep=settings.probe_events_max), metrics)
         service = CompletionService(

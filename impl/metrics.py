@@ -16,6 +16,10 @@ The gauges are read when scraped (`live`): the scheduler's holders and waiters a
 tokens the running choices hold over the engine's capacity, so they can never drift from
 what runs. A refused request is not a success, a stream is one request, and an unscraped
 server pays a few counter increments a request and one histogram observation a token.
+
+`--no-metrics` turns them off (`Metrics(live, on=False)`): every metric is `NULL`, which
+records nothing, no gauge is read, `GET /metrics` answers 404, and a request's `Watch`
+still times its phases for its `timings` and its trace.
 """
 
 from __future__ import annotations
@@ -104,16 +108,36 @@ class _Gauges(Collector):
             yield family
 
 
-class Metrics:
-    """The registry and every metric of the table; `live` reads the gauges' values."""
+class _Null:
+    """A metric that records nothing (metrics off): every label set is itself."""
 
-    def __init__(self, live: Callable[[], Live]) -> None:
+    def labels(self, *_: str) -> _Null:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+NULL = _Null()
+
+
+class Metrics:
+    """The registry and every metric of the table; `live` reads the gauges' values. Off
+    (`on=False`), every metric is `NULL` and nothing is registered."""
+
+    def __init__(self, live: Callable[[], Live], *, on: bool = True) -> None:
+        self.on = on
         self.registry = CollectorRegistry(auto_describe=True)
         rows = {row.name: row for row in table()}
         self._made: dict[str, Any] = {}
         for row in rows.values():
-            if row.kind == "counter":
-                made: Any = Counter(row.name, row.help, row.labels, registry=self.registry)
+            if not on:
+                made: Any = NULL
+            elif row.kind == "counter":
+                made = Counter(row.name, row.help, row.labels, registry=self.registry)
             elif row.kind == "histogram":
                 made = Histogram(
                     row.name, row.help, row.labels, buckets=row.buckets, registry=self.registry
@@ -121,7 +145,8 @@ class Metrics:
             else:
                 continue
             self._made[row.name] = made
-        self.registry.register(_Gauges(rows, live))
+        if on:
+            self.registry.register(_Gauges(rows, live))
         self._kv = 0  # the KV tokens the running choices hold (`Watch`)
         self._lock = threading.Lock()
 
@@ -157,6 +182,8 @@ class Metrics:
 
     def held(self, tokens: int) -> None:
         """`tokens` more (or fewer, negative) KV tokens held by running choices."""
+        if not self.on:
+            return
         with self._lock:
             self._kv += tokens
 

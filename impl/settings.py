@@ -218,6 +218,13 @@ class Settings:
         None,
         "Seconds between `: waiting for a turn` comments to a queued stream.",
     )
+    no_metrics: bool = _knob(
+        False,
+        "MISERVER_NO_METRICS",
+        "--no-metrics",
+        "Keep no Prometheus metrics: GET /metrics answers 404 and no request moves a counter "
+        "(replies keep their timings; traces are --otlp-traces-endpoint's).",
+    )
     otlp_traces_endpoint: str | None = _knob(
         None,
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

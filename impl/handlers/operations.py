@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse, Response
 
+from ..errors import ApiError
 from ..local.health import readiness as ready_now
 from ..metrics import CONTENT_TYPE
 from .common import state
 
 
 async def metrics() -> Response:
-    """GET /v1/metrics (and /metrics): Prometheus's text format."""
-    return Response(state().metrics.exposition(), media_type=CONTENT_TYPE)
+    """GET /v1/metrics (and /metrics): Prometheus's text format; 404 while they are off."""
+    metrics = state().metrics
+    if not metrics.on:
+        raise ApiError("not_found", "Metrics are off: this server was started with --no-metrics.")
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
 
 async def liveness() -> JSONResponse:

@@ -24,7 +24,7 @@ class Refusals:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not self.metrics.on:
             await self.app(scope, receive, send)
             return
         body: list[bytes] | None = None

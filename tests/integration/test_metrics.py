@@ -203,3 +203,25 @@ def test_a_streams_last_choice_chunk_carries_them(fresh: TestClient) -> None:
     assert last["choices"] and last["choices"][0]["finish_reason"] is not None
     assert last["timings"]["predicted_n"] == last["millm_summary"]["tokens"]
     assert set(last["millm_summary"]) >= DONE_KEYS
+
+
+def test_metrics_off(tmp_path: Path) -> None:
+    """Issue 47 (contract 0.28.0): a server started with --no-metrics answers 404 `not_found`
+    on /metrics in OpenAI's error shape, naming the setting, and moves no counter; its
+    replies keep their `timings` and run summary, and its refusals are still answered."""
+    settings = Settings(
+        data_dir=tmp_path / "data", cache_dir=cache_dir(), threads=ENGINE_THREADS, no_metrics=True
+    )
+    server = Server(settings, preload=False)
+    with LocalClient(server, raise_server_exceptions=False) as client:
+        reply = client.post(CHAT, json=ask("Hi", max_tokens=4))
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["timings"]["predicted_n"] == reply.json()["usage"]["completion_tokens"]
+        assert set(reply.json()["millm_summary"]) >= DONE_KEYS
+        assert client.post(CHAT, json=ask("Hi", max_tokens=-1)).status_code == 400
+        for path in ("/metrics", "/v1/metrics"):
+            off = client.get(path)
+            assert off.status_code == 404, path
+            error = off.json()["error"]
+            assert error["code"] == "not_found" and "--no-metrics" in error["message"]
+        assert list(server.state.metrics.registry.collect()) == []
