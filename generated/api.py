@@ -658,6 +658,12 @@ class InferenceHealth(BaseModel):
         str | None,
         Field(description="The resident model's id; null when none is resident."),
     ]
+    device: Annotated[
+        str | None,
+        Field(
+            description="Where the resident model's forward passes run (contract 0.29.0): `cpu` or `cuda:N` on transformers (the session's `device`); on llama.cpp `cpu`, or `gpu` when it offloads layers (`n-gpu-layers`). Null when no model is resident."
+        ),
+    ]
     prompt_cache: Annotated[
         PromptCache | None,
         Field(

@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from .access import AccessPolicy, access_policy
 from .contract import document as contract_document
-from .errors import ApiError, internal_error
+from .errors import ApiError, fault, internal_error
 from .events import EventBus, LogEvents
 from .http.aliases import RootAliases, root_paths
 from .http.anthropic import AnthropicConventions
@@ -148,7 +148,7 @@ def _http_error(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
 
 def _server_fault(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
     log.error("unhandled error", exc_info=exc)
-    return _respond(internal_error())
+    return _respond(fault(exc))  # a device out of memory is insufficient_memory (OAI-ERR-28)
 
 
 def _registry(settings: Settings) -> tuple[ModelRegistry, str | None]:

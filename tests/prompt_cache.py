@@ -17,7 +17,7 @@ from miserver.engines.base import (
     SteeringSource,
     Token,
 )
-from tests.engines import stepped
+from tools.device_check.engine import stepped
 
 TOKENS = 16
 SYSTEM = "You are a careful assistant who answers in detail and names your sources. " * 6

@@ -65,6 +65,8 @@ class LoadOptions:
     ctx_size: int = 0  # context tokens: at most the model's own length
     batch_size: int = 0  # prompt tokens per forward pass (llama.cpp's n_batch)
     dtype: str = "auto"  # transformers' compute type: auto, float32, bfloat16, float16
+    device: str = "auto"  # where transformers runs: auto, cpu, cuda, cuda:N (device.py)
+    n_gpu_layers: int = 0  # layers llama.cpp offloads to a GPU (a GPU build's only)
     mmap: bool = True  # llama.cpp maps the file instead of reading it
     mlock: bool = False  # llama.cpp locks the model's pages in RAM
     parallel: int = 1  # rows decoded together (continuous batching); 1 is serial, 0 auto
@@ -91,6 +93,7 @@ class ModelFacts:
     d_model: int = 0
     n_layers: int = 0
     threads: int = 0  # the threads its forward passes use (0: not recorded)
+    device: str = "cpu"  # where its forward passes run: cpu, cuda:N
     eog_ids: tuple[int, ...] = ()  # the ids that end a generation (`ignore_eos` bans them)
 
 

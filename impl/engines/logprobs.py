@@ -49,6 +49,14 @@ class LogitBias:
         self._banned = np.array([i for i, v in pairs if v <= BAN], dtype=np.intp)
         self._only = np.array([i for i, v in pairs if v >= ONLY], dtype=np.intp)
 
+    @property
+    def banned(self) -> tuple[int, ...] | None:
+        """The ids it bans when banning is all it does (`ignore_eos` is such a bias), else
+        None: a greedy pick under it is an argmax with those ids at -inf, on any device."""
+        if self._ids.size or self._only.size:
+            return None
+        return tuple(int(i) for i in self._banned)
+
     def apply(self, row: Row) -> None:
         """Bias `row` (one float32 row over the vocabulary) in place."""
         if self._ids.size:
@@ -102,7 +110,7 @@ def of_rows(rows: torch.Tensor, next_ids: Sequence[int], k: int) -> list[Logprob
     if bool(torch.isnan(rows).any()) or bool(torch.isposinf(rows).any()):
         raise NonFiniteLogits("NaN or +inf logits in the prompt's rows")
     lse = torch.logsumexp(rows, dim=-1)
-    ids = torch.tensor(list(next_ids), dtype=torch.long)
+    ids = torch.tensor(list(next_ids), dtype=torch.long, device=rows.device)
     own = (rows.gather(1, ids[:, None])[:, 0] - lse).tolist()
     if k <= 0:
         return [Logprobs(lp) for lp in own]
@@ -146,7 +154,7 @@ def scored(logits: torch.Tensor, query: ScoreQuery) -> Scored:
     if query.temperature > 0:
         logits = logits / query.temperature
     if query.allowed is not None:
-        ids = torch.tensor(query.allowed, dtype=torch.long)
+        ids = torch.tensor(query.allowed, dtype=torch.long, device=logits.device)
         candidates = logits[ids]
     else:
         ids = None

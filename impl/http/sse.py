@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from ..errors import ApiError, internal_error
+from ..errors import ApiError, fault
 from ..serving.results import Comment, Encoded
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,9 @@ async def frames(
         except ApiError as exc:
             log.warning("stream ended by %s: %s", exc.code, exc.message)
             yield data(exc.body())
-        except Exception:
+        except Exception as exc:
             log.exception("stream failed")
-            yield data(internal_error().body())
+            yield data(fault(exc).body())  # insufficient_memory too (OAI-ERR-29)
     yield DONE
 
 

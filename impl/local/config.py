@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..engines.base import LoadOptions
+from ..engines.llamacpp.loading import gpu_offload
 from ..errors import ApiError
 from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
@@ -188,15 +189,18 @@ class ConfigService:
     def load_options(self) -> LoadOptions:
         """How the next load goes: the session parameters (LOC-CONC-10; docs/LOCAL.md).
 
-        This build runs on the CPU: `n-gpu-layers` other than 0 is turned off for the
-        load, with a warning (a `log` event with level `warn`, LOC-LOAD-12)."""
+        On a build of llama-cpp-python without a GPU backend, `n-gpu-layers` other than 0
+        is turned off for the load, with a warning (a `log` event with level `warn`,
+        LOC-LOAD-12)."""
         values = self.values
-        if values["n-gpu-layers"] != 0:
+        offload = int(values["n-gpu-layers"])
+        if offload != 0 and not gpu_offload():
             log.warning(
-                "n-gpu-layers %s turned off: this build runs on the CPU, so the model "
-                "loads with no layer offloaded (0)",
-                values["n-gpu-layers"],
+                "n-gpu-layers %s turned off: this build of llama-cpp-python runs on the CPU, "
+                "so the model loads with no layer offloaded (0)",
+                offload,
             )
+            offload = 0
 
         def count(key: str) -> int:
             return 0 if values[key] == AUTO else int(values[key])
@@ -206,6 +210,8 @@ class ConfigService:
             ctx_size=count("ctx-size"),
             batch_size=count("batch-size"),
             dtype=str(values["dtype"]),
+            device=str(values["device"]),
+            n_gpu_layers=offload,
             mmap=bool(values["mmap"]),
             mlock=bool(values["mlock"]),
             parallel=count("parallel"),

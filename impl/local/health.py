@@ -28,6 +28,7 @@ def inference(manager: ModelManager, scheduler: Scheduler) -> dict[str, Any]:
         "slots_in_use": scheduler.in_use,
         "queue_length": scheduler.waiting,
         "model": None if resident is None else resident.entry.model_id,
+        "device": None if resident is None else resident.engine.facts.device,
         "prompt_cache": None if cache is None else cache.stats(),
     }
 

@@ -19,7 +19,7 @@ from ..engines.base import ENGINE_NAMES, EngineId
 from ..local.config import launch_args
 from ..local.params import AUTO, Param, by_key
 from . import cost
-from .devices import NONE_TEXT, Devices
+from .devices import NONE_TEXT, Device, Devices
 from .machine import Machine, cpu_name
 from .rules import Decided, Facts, rules_for, settings_of
 
@@ -93,10 +93,13 @@ def propose(
     ledger = cost.ledger(facts.shape, settings)
     held = sum(r.bytes for r in ledger)
     budget = cost.budget(facts.machine)
-    regime = _regime(held, budget, subject.engine, bool(values.get("n-gpu-layers")))
+    card = _card(subject, facts, full, devices)
+    regime = _regime(held, budget, subject.engine, card is not None)
     per_token = cost.decode_s(facts.shape, facts.machine, settings)
     prefill = cost.prefill_tokens_per_s(facts.shape, facts.machine, settings)
     offloaded = int(values.get("n-gpu-layers") or 0)
+    if card is not None and subject.engine == EngineId.TRANSFORMERS:
+        offloaded = facts.shape.n_layer  # the whole model is on the card
     decisions += _notes(facts, regime, held, budget, ledger, offloaded)
     machine_text = machine_sentence(facts.machine)
     proposal: dict[str, Any] = {
@@ -113,10 +116,10 @@ def propose(
         "not_applicable": [],
         "summary": {
             "sentence": _summary(subject, settings, regime, per_token),
-            "lanes": _lanes(devices, bool(values.get("n-gpu-layers"))),
+            "lanes": _lanes(card),
         },
         "predicted": _predicted(per_token, prefill),
-        "memory": {"pools": _pools(facts.machine, ledger, full, devices)},
+        "memory": {"pools": _pools(facts.machine, ledger, full, card)},
         "devices": [_host_device(facts.machine), *_others(devices)],
         "devices_none": devices.none,
         "devices_none_text": NONE_TEXT[devices.none],
@@ -279,8 +282,18 @@ def _summary(
     )
 
 
-def _lanes(devices: Devices, gpu: bool) -> list[dict[str, Any]]:
-    tokens = ["CPU"] + ([devices.usable[0].description] if gpu and devices.usable else [])
+def _card(
+    subject: Subject, facts: Facts, values: Mapping[str, Any], devices: Devices
+) -> Device | None:
+    """The device beyond the host the plan puts the model on: llama.cpp's offloaded layers'
+    (the first usable device), or transformers' whole model (its `device`, a CUDA card)."""
+    if subject.engine == EngineId.LLAMACPP:
+        return devices.usable[0] if values.get("n-gpu-layers") and devices.usable else None
+    return facts.card if values.get("device", "cpu") != "cpu" else None
+
+
+def _lanes(card: Device | None) -> list[dict[str, Any]]:
+    tokens = ["CPU"] + ([card.description] if card is not None else [])
     return [
         {"phase": "prompt", "label": "Prompt", "on": list(tokens)},
         {"phase": "tokens", "label": "Tokens", "on": tokens},
@@ -288,15 +301,14 @@ def _lanes(devices: Devices, gpu: bool) -> list[dict[str, Any]]:
 
 
 def _pools(
-    m: Machine, ledger: list[cost.Row], values: Mapping[str, Any], devices: Devices
+    m: Machine, ledger: list[cost.Row], values: Mapping[str, Any], device: Device | None
 ) -> list[dict[str, Any]]:
     """The host's pool, then one for the device that holds the layers (LOC-PLAN-28, -30):
     the weights and the KV cache move to it, the compute buffers stay on the host. One
     device takes every layer, so its figures are its own (no `estimated`, LOC-PLAN-34)."""
     mlock = bool(values.get("mlock"))
-    if not values.get("n-gpu-layers") or not devices.usable:
+    if device is None:
         return [_host_pool(m, ledger, mlock)]
-    device = devices.usable[0]
     placed = [r for r in ledger if r.name in ("weights", "kv-cache")]
     held = sum(r.bytes for r in placed)
     pool = {

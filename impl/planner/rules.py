@@ -18,12 +18,16 @@ from typing import Any
 from ..engines.base import EngineId
 from ..engines.rows import MAX_ROWS, ROW_WINDOW, rows_for
 from . import cost
+from .devices import Device
 from .machine import Machine
 from .shape import Shape
 
 MIB = 1 << 20
 BATCH = 512  # prompt tokens a pass: llama.cpp's own micro-batch
 MIN_CTX = 512
+GPU_ROWS = 32  # rows a GPU decodes together at most (the device check's widest batch)
+GPU_SHARE = 0.9  # of a card's memory a plan fills: the rest is the CUDA context and buffers
+GIB = 1 << 30
 THREADS_TIE = 0.03  # a slower decode than the fastest by at most this still counts as tied
 
 
@@ -34,6 +38,7 @@ class Facts:
     base: Mapping[str, Any]  # the config without the plan layer (LOC-APPLY-05)
     user_keys: frozenset[str]
     gpu: bool  # a usable device beyond the host
+    card: Device | None = None  # the CUDA device torch would run on (the largest usable)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,7 +107,67 @@ def _at(threads: int, dtype: str) -> cost.Settings:
     )
 
 
-def _ctx_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
+def _on_card(facts: Facts, decided: Mapping[str, Any]) -> Device | None:
+    """The card the model runs on: transformers placed on a CUDA device (the `device` rule)."""
+    if facts.shape.engine != EngineId.TRANSFORMERS or decided.get("device") in (None, "cpu"):
+        return None
+    return facts.card
+
+
+def _card_dtype(facts: Facts) -> str:
+    """The type transformers computes in on a card: the person's, else bfloat16."""
+    chosen = _dtype_of(facts)
+    return (
+        "bfloat16" if chosen in ("auto", "float32") and "dtype" not in facts.user_keys else chosen
+    )
+
+
+def _card_room(facts: Facts, card: Device) -> int:
+    """The bytes of the card's share left for KV once the weights are on it."""
+    weights = facts.shape.weight_bytes(_card_dtype(facts))
+    return max(0, int(card.memory_total * GPU_SHARE) - weights)
+
+
+def _device(facts: Facts, _: Mapping[str, Any]) -> Decided:
+    if facts.shape.engine == EngineId.LLAMACPP:
+        return Decided(
+            value="auto",
+            source="policy",
+            brief="llama.cpp places layers by GPU layers; the device is transformers'.",
+            reason="The device applies to transformers only; llama.cpp offloads by layer count.",
+        )
+    card = facts.card
+    if card is None:
+        return Decided(
+            value="cpu",
+            source="measured",
+            brief=f"The CPU: no GPU torch can use ({facts.machine.physical_cores} cores).",
+            reason=(
+                "The device probe found no CUDA device this build of torch can use, so the "
+                "model, its KV cache and every reading stay in host memory."
+            ),
+        )
+    value = "cuda" if card.name == "cuda:0" else card.name
+    return Decided(
+        value=value,
+        source="measured",
+        brief=(
+            f"{card.name}, {card.description}: {card.memory_total // GIB} GiB, "
+            f"{card.token_ratio:.0f}x the host's matmul rate."
+        )[:120],
+        reason=(
+            f"The device probe found {card.name} ({card.description}, "
+            f"{card.memory_total // GIB} GiB), timed at {card.token_ratio:.1f} times the host "
+            "on a matmul; the model, its KV cache, the batch's rows, steering deltas, SAEs and "
+            "probes go there, the largest usable card."
+        ),
+    )
+
+
+def _ctx_size(facts: Facts, decided: Mapping[str, Any]) -> Decided:
+    card = _on_card(facts, decided)
+    if card is not None:
+        return _card_ctx_size(facts, card)
     shape, m = facts.shape, facts.machine
     trained = shape.n_ctx_train or 4096
     dtype = _dtype_of(facts)
@@ -140,6 +205,49 @@ def _ctx_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
     )
 
 
+def _card_ctx_size(facts: Facts, card: Device) -> Decided:
+    """The window one row's KV fits on the card beside the weights, at most the trained one."""
+    shape, dtype = facts.shape, _card_dtype(facts)
+    trained = shape.n_ctx_train or 4096
+    per_token = shape.kv_bytes_per_token(dtype)
+    room = _card_room(facts, card)
+    fits = room // per_token // 256 * 256 if per_token else trained
+    ctx = max(MIN_CTX, min(trained, fits))
+    return Decided(
+        value=ctx,
+        source="derived" if ctx == trained else "measured",
+        brief=(
+            f"The model's own window, {ctx} tokens, on {card.name}."
+            if ctx == trained
+            else f"{ctx} tokens of the model's {trained}: what {room // MIB} MiB hold."
+        ),
+        reason=(
+            f"On {card.name} the weights take {shape.weight_bytes(dtype) // MIB} MiB in "
+            f"{dtype}; {GPU_SHARE:.0%} of its {card.memory_total // MIB} MiB leaves "
+            f"{room // MIB} MiB for keys and values, {per_token} bytes a token: the "
+            f"window is the trained {trained} tokens, or less where one row would not fit."
+        ),
+    )
+
+
+def _card_parallel(facts: Facts, card: Device, ctx: int) -> Decided:
+    """As many rows as the card's KV room holds at a full window each, at most GPU_ROWS."""
+    per_row = facts.shape.kv_bytes_per_token(_card_dtype(facts)) * ctx
+    room = _card_room(facts, card)
+    rows = max(1, min(GPU_ROWS, room // per_row if per_row else GPU_ROWS))
+    return Decided(
+        value=rows,
+        source="derived",
+        brief=f"{rows} rows decode together on {card.name}: each row's {ctx} tokens fit."[:120],
+        reason=(
+            f"A GPU reads the weights once a step for every row, so rows cost little until "
+            f"their keys and values fill it: {room // MIB} MiB hold {room // max(per_row, 1)} "
+            f"rows of a full {ctx}-token window ({per_row // MIB} MiB each), at most "
+            f"{GPU_ROWS}."
+        ),
+    )
+
+
 def _batch_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
     return Decided(
         value=BATCH,
@@ -155,6 +263,9 @@ def _batch_size(facts: Facts, _: Mapping[str, Any]) -> Decided:
 
 def _parallel(facts: Facts, decided: Mapping[str, Any]) -> Decided:
     ctx = int(decided.get("ctx-size", facts.shape.n_ctx_train or 4096))
+    card = _on_card(facts, decided)
+    if card is not None:
+        return _card_parallel(facts, card, ctx)
     rows = rows_for(ctx)
     if rows == 1:
         brief = f"Serial: a {ctx}-token window is too small to share among rows."
@@ -174,7 +285,7 @@ def _parallel(facts: Facts, decided: Mapping[str, Any]) -> Decided:
     )
 
 
-def _dtype(facts: Facts, _: Mapping[str, Any]) -> Decided:
+def _dtype(facts: Facts, decided: Mapping[str, Any]) -> Decided:
     if facts.shape.engine == EngineId.LLAMACPP:
         return Decided(
             value="auto",
@@ -185,15 +296,27 @@ def _dtype(facts: Facts, _: Mapping[str, Any]) -> Decided:
                 "file's own types."
             ),
         )
-    stored = facts.shape.compute_dtype("auto")
+    card = _on_card(facts, decided)
+    if card is not None:
+        half = _card_dtype(facts)
+        return Decided(
+            value=half,
+            source="policy",
+            brief=f"{half} on {card.name}: half the bytes of float32, at the card's tensor rate.",
+            reason=(
+                f"A GPU computes {half} matmuls on its tensor cores at several times its float32 "
+                "rate, and the weights and KV cache take half the memory; greedy text may "
+                "differ from float32's in late tokens, as on every GPU server."
+            ),
+        )
     return Decided(
-        value=stored,
+        value="float32",
         source="policy",
-        brief=f"{stored}, as stored: a CPU computes it without converting each weight.",
+        brief="float32: a CPU computes it without converting each weight.",
         reason=(
-            f"The weights are {stored} as the model stores them (a GGUF is converted to "
-            "float32). On a CPU, half-precision matmuls are converted back to float32 unless "
-            "the processor has bfloat16 instructions, so the stored type is kept."
+            "On a CPU, half-precision matmuls are converted back to float32 unless the "
+            "processor has bfloat16 instructions, so the weights are held in float32 (a GGUF's "
+            "conversion is float32 already)."
         ),
     )
 
@@ -268,6 +391,7 @@ def _mlock(facts: Facts, _: Mapping[str, Any]) -> Decided:
 
 RULES: dict[str, Rule] = {  # in the order decided: later rules read earlier values
     "threads": _threads,
+    "device": _device,
     "ctx-size": _ctx_size,
     "batch-size": _batch_size,
     "parallel": _parallel,

@@ -202,6 +202,11 @@ class Planner:
                 base=base,
                 user_keys=pinned,
                 gpu=bool(found.usable),
+                card=max(
+                    (d for d in found.usable if d.name.startswith("cuda")),
+                    key=lambda d: d.memory_total,
+                    default=None,
+                ),
             )
             return propose(subject, facts, found, loaded=loaded)
         except shape_mod.ShapeError as exc:

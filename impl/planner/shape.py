@@ -75,11 +75,9 @@ class Shape:
         return self.params * DTYPE_BYTES[held]
 
     def compute_dtype(self, dtype: str) -> str:
-        """The type transformers computes in: `dtype`, or as stored for `auto` (float32 for
-        a converted GGUF)."""
-        if dtype in DTYPE_BYTES:
-            return dtype
-        return self.stored_dtype if self.stored_dtype in DTYPE_BYTES else "float32"
+        """The type transformers computes in: `dtype`; `auto` is float32, as the engine
+        loads on the CPU (on a GPU the plan names a half type: rules.py)."""
+        return dtype if dtype in DTYPE_BYTES else "float32"
 
     def token_bytes(self, dtype: str) -> int:
         """The weight bytes one decoded token reads."""

@@ -34,7 +34,7 @@ import torch
 from ..engines.base import Capability, Engine
 from ..engines.monitor import Detector, Monitor
 from ..steering.live import LiveSteering
-from ..steering.sae import SAE
+from ..steering.sae import SAE, placed
 from .definition import Probe
 
 SCHEMA = "mi.probe.result/v1"
@@ -98,24 +98,38 @@ class Windows:
 
 
 def _linear(probe: Probe) -> Any:
-    weight = torch.tensor(probe.detector.weight, dtype=torch.float32)
+    weight = OnDevice(torch.tensor(probe.detector.weight, dtype=torch.float32))
     bias = probe.detector.bias
 
     def values(rows: torch.Tensor) -> torch.Tensor:
-        return (rows.to(weight.device) @ weight + bias).cpu()
+        return (rows.float() @ weight.on(rows.device) + bias).cpu()
 
     return values
 
 
 def _features(probe: Probe, sae: SAE) -> Any:
-    index = torch.tensor([i for i, _ in probe.detector.features], dtype=torch.long)
-    weight = torch.tensor([w for _, w in probe.detector.features], dtype=torch.float32)
+    index = OnDevice(torch.tensor([i for i, _ in probe.detector.features], dtype=torch.long))
+    weight = OnDevice(torch.tensor([w for _, w in probe.detector.features], dtype=torch.float32))
 
     def values(rows: torch.Tensor) -> torch.Tensor:
-        acts = sae.encode(rows.to(sae.W_enc.device))[:, index.to(sae.W_enc.device)]
-        return (acts.float().cpu() @ weight).cpu()
+        device = rows.device
+        acts = placed(sae, device).encode(rows)[:, index.on(device)]
+        return (acts.float() @ weight.on(device)).cpu()
 
     return values
+
+
+class OnDevice:
+    """A probe's tensor, copied once to each device its rows come from (the model's)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self._by_device = {tensor.device: tensor}
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        found = self._by_device.get(device)
+        if found is None:
+            found = self._by_device[device] = next(iter(self._by_device.values())).to(device)
+        return found
 
 
 def _sae(probe: Probe, shape: Shape) -> SAE | None:

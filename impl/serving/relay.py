@@ -3,7 +3,8 @@
 Each chat chunk becomes the events the front end makes of it, sent together in one list
 (one write); comments (`: waiting for a turn`) pass as they are. A failure after the
 stream started ends it with the front end's failure events: a refusal's own, or the
-opaque `internal_error` for a fault (logged, never shown).
+opaque `internal_error` for a fault (logged, never shown), `insufficient_memory` for a
+device run out of memory.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable
 from contextlib import aclosing
 from typing import Any
 
-from ..errors import ApiError, internal_error
+from ..errors import ApiError, fault
 from .results import Comment, Encoded
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,6 @@ async def relayed(
     except ApiError as exc:
         log.warning("%s stream ended by %s: %s", what, exc.code, exc.message)
         yield list(failed(exc))
-    except Exception:
+    except Exception as exc:
         log.exception("%s stream failed", what)
-        yield list(failed(internal_error()))
+        yield list(failed(fault(exc)))

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,18 @@ class SAE:
         if not 0 <= index < self.d_sae:
             raise IndexError(f"feature index {index} is outside 0..{self.d_sae - 1}")
         return self.W_dec[index]
+
+
+@lru_cache(maxsize=16)
+def placed(sae: SAE, device: torch.device) -> SAE:
+    """`sae` with its weights on `device` (itself when they are there already), made once
+    per SAE and device: readings encode where the model's rows are (issue 48). The
+    weights keep their type: an encoding reads float32 rows in the SAE's own precision."""
+    if sae.W_enc.device == device:
+        return sae
+    moved = {name: getattr(sae, name).to(device) for name in ("W_enc", "W_dec", "b_enc", "b_dec")}
+    threshold = None if sae.threshold is None else sae.threshold.to(device)
+    return replace(sae, threshold=threshold, **moved)
 
 
 def load_sae(folder: Path, sae_id: str | None = None) -> SAE:

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.engines.rows import PREFILL_CHUNK, chunk_of
+from miserver.local import config as config_mod
 from miserver.local.config import SETTINGS_FILE, ConfigService
 from miserver.local.params import table
 from miserver.models.manager import ModelManager, Resident
@@ -208,6 +209,18 @@ def test_an_invalid_config_is_stored(client: TestClient, settings: Settings) -> 
     change = put(client, {"values": {"n-gpu-layers": 8}, "reset": ["model"]})
     assert (change["valid"], change["error"]) == (True, "")
     assert stored(settings)["values"] == {"n-gpu-layers": 8}
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_gpu_layers_reach_a_gpu_build_alone(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, offload: bool
+) -> None:
+    """Issue 48 item 2, LOC-LOAD-12: the next load gets `n-gpu-layers` where llama-cpp-python
+    has a GPU backend, 0 on a CPU build; `device` goes to the load as set."""
+    monkeypatch.setattr(config_mod, "gpu_offload", lambda: offload)
+    put(client, {"values": {"n-gpu-layers": 8, "device": "cuda:1"}})
+    options = client.app.state.config.load_options()  # type: ignore[attr-defined]
+    assert (options.n_gpu_layers, options.device) == (8 if offload else 0, "cuda:1")
 
 
 def test_auto_plan_is_the_person_s_choice_once_made(settings: Settings) -> None:

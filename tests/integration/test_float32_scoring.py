@@ -39,7 +39,9 @@ def serve(tmp: Path, models: Path, **knobs: Any) -> TestClient:
         model=BF16_MODEL_ID,
         **knobs,
     )
-    return LocalClient(Server(settings), raise_server_exceptions=False)
+    # served in bfloat16: `dtype` auto would load float32 on the CPU (issue 48)
+    server = Server(settings, flags={"dtype": "bfloat16"})
+    return LocalClient(server, raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,15 @@ from miserver.settings import Settings
 from tests.conftest import GGUF_ID, JSON, MODEL_ID, LocalClient
 from tests.local_api import configure, load
 
-FIELDS = {"backend", "parallel", "slots_in_use", "queue_length", "model", "prompt_cache"}
+FIELDS = {
+    "backend",
+    "parallel",
+    "slots_in_use",
+    "queue_length",
+    "model",
+    "device",
+    "prompt_cache",
+}
 EMPTY_CACHE = {"entries": 0, "bytes": 0, "hits": 0, "misses": 0, "tokens_restored": 0, "evicted": 0}
 
 
@@ -47,6 +55,7 @@ def test_no_model_resident_is_serial(client: TestClient) -> None:
         "slots_in_use": 0,
         "queue_length": 0,
         "model": None,
+        "device": None,
         "prompt_cache": None,
     }
 
@@ -86,6 +95,7 @@ def test_the_default_model_loads_batched_with_a_prompt_cache(client: TestClient)
         "slots_in_use": 0,
         "queue_length": 0,
         "model": GGUF_ID,
+        "device": "cpu",
     }
     assert {k: v for k, v in cache.items() if k != "budget_bytes"} == EMPTY_CACHE
     assert cache["budget_bytes"] > 0
@@ -118,6 +128,7 @@ def test_parallel_4_loads_continuous_batching_on_llama_cpp(client: TestClient) -
         4,
         GGUF_ID,
     )
+    assert found["device"] == "cpu"  # contract 0.29.0: the PyPI wheel offloads nothing
     assert configure(client, parallel=1)["reload_required"] is True
     assert health(client)["backend"] == "continuous_batching"
     assert client.post("/api/session/unload", headers=JSON).status_code == 200
@@ -138,6 +149,7 @@ def test_parallel_4_loads_continuous_batching_on_transformers(client: TestClient
         4,
         MODEL_ID,
     )
+    assert found["device"] == "cpu"  # contract 0.29.0: `device` auto, no CUDA here
     configure(client, parallel=1)
     assert client.post("/api/session/unload", headers=JSON).status_code == 200
     load(client, MODEL_ID)

@@ -25,7 +25,8 @@ from miserver.engines.base import (
     SamplingParams,
 )
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from tests.engines import greedy, run, smollm2_gguf, stepped
+from tests.engines import greedy, run, smollm2_gguf
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

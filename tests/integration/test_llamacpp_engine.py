@@ -28,6 +28,7 @@ from miserver.engines.base import (
 )
 from miserver.engines.llamacpp import CAPABILITIES, LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.llamacpp import chat as llama_chat
+from miserver.engines.llamacpp import loading as llamacpp_loading
 from miserver.engines.llamacpp.sampling import Greedy, Logits, Penalties
 from miserver.engines.transformers.grammar import Grammars
 from miserver.serving.completions.detokenizer import Detokenizer
@@ -666,3 +667,27 @@ def test_the_mask_matches_the_transformers_engine(engine: LlamaCppEngine, hf_eng
     theirs = hf.guide(constraint).allowed(width)
     assert 0 < int(ours.sum()) < 10 and (ours == theirs).all()
     assert all(engine.token_text(int(i)).startswith("{") for i in np.flatnonzero(ours))
+
+
+def test_a_gpu_build_is_handed_its_gpu_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48 item 2: on a build of llama-cpp-python with a GPU backend (`gpu_offload`),
+    `n_gpu_layers` reaches llama.cpp and the facts say the model runs on the `gpu`; on this
+    CPU build, none reaches it. This build is told it has one, so its loader runs the GPU
+    build's code; llama.cpp, with no GPU backend to place them on, keeps the layers on the
+    CPU and the model answers as before."""
+    offload = LoadOptions(threads=1, cache_ram=0, n_gpu_layers=8)
+    cpu = load_llamacpp_engine(smollm2_gguf(), model_id="cpu", options=offload)
+    try:
+        assert cpu.facts.device == "cpu"  # the PyPI wheel: turned off
+    finally:
+        cpu.close()
+    monkeypatch.setattr(llamacpp_loading, "gpu_offload", lambda: True)
+    gpu = load_llamacpp_engine(smollm2_gguf(), model_id="gpu", options=offload)
+    try:
+        assert gpu.facts.device == "gpu"
+        never_ends = tuple((i, -100.0) for i in gpu.facts.eog_ids)
+        params = SamplingParams(max_tokens=4, temperature=0, logit_bias=never_ends)
+        tokens = gpu.generate(gpu.tokenize("Hi"), params, None)
+        assert len([t for t in tokens if isinstance(t, Token)]) == 4
+    finally:
+        gpu.close()

@@ -33,7 +33,8 @@ from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
 from tests.conftest import ENGINE_THREADS
-from tests.engines import smollm2_gguf, stepped
+from tests.engines import smollm2_gguf
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

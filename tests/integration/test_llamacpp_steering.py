@@ -30,7 +30,7 @@ from miserver.engines.transformers import TransformersEngine
 from miserver.steering.applied import AppliedSAE, applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
-from tests.engines import stepped
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

@@ -344,3 +344,26 @@ def test_gpu_layers_are_turned_off_with_a_warning(tmp_path: Path) -> None:
         warnings = [log for log in events.named("log") if log["level"] == "warn"]
         assert any("n-gpu-layers 8 turned off" in log["message"] for log in warnings), warnings
         assert httpx.get(f"{api}/info").json()["model"]["id"] == MODEL_ID
+
+
+@pytest.mark.model
+def test_a_gpu_this_process_cannot_see_is_turned_off_with_a_warning(tmp_path: Path) -> None:
+    """LOC-LOAD-12 (adapted), issue 48: `device` `cuda:1` is a valid config; on this machine
+    (no CUDA) the load turns it off, says so as a `warn` log event naming the device, and
+    the model loads on the CPU in float32 (`dtype` auto there)."""
+    settings = Settings(data_dir=tmp_path / "data", cache_dir=cache_dir(), model=MODEL_ID)
+    with uvicorn_serving(Server(settings, preload=False)) as port:
+        api = f"{LOCAL_URL}:{port}/api"
+        config = httpx.put(f"{api}/config", json={"values": {"device": "cuda:1"}}, headers=JSON)
+        assert config.status_code == 200 and config.json()["valid"] is True
+        with Events(f"{LOCAL_URL}:{port}") as events:
+            loading = httpx.post(f"{api}/session/load", headers=JSON, timeout=60)
+            assert loading.status_code == 202
+            events.wait_for(lambda _: events.named("state")[-1]["state"] == "ready", timeout=120)
+        warnings = [log["message"] for log in events.named("log") if log["level"] == "warn"]
+        assert any("device cuda:1 is not available" in m for m in warnings), warnings
+        health = httpx.get(f"{api}/health/inference").json()
+        assert (health["model"], health["device"]) == (MODEL_ID, "cpu")
+        chat = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        reply = httpx.post(f"{LOCAL_URL}:{port}/v1/chat/completions", json=chat, timeout=60)
+        assert ":float32/" in reply.json()["system_fingerprint"]

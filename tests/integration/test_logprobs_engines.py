@@ -29,7 +29,8 @@ from miserver.engines.base import (
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
 from miserver.engines.transformers import TransformersEngine, load_transformers_engine
 from tests.conftest import ENGINE_THREADS, cache_dir
-from tests.engines import smollm2_gguf, stepped
+from tests.engines import smollm2_gguf
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

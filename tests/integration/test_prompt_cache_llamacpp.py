@@ -21,8 +21,9 @@ import pytest
 
 from miserver.engines.base import Joiner, LoadOptions, SamplingParams
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
-from tests.engines import smollm2_gguf, stepped
+from tests.engines import smollm2_gguf
 from tests.prompt_cache import answer, cold_then_restored, other, prompt
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

@@ -22,8 +22,8 @@ from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
 from tests.conftest import cache_dir
-from tests.engines import stepped
 from tests.prompt_cache import TOKENS, answer, cold_then_restored, other, prompt
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

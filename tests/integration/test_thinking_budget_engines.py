@@ -12,7 +12,8 @@ import pytest
 from miserver.engines.base import ChatPrompt, Engine, Joiner, LoadOptions, ThinkingBudget, Token
 from miserver.engines.llamacpp import load_llamacpp_engine
 from miserver.engines.transformers import load_transformers_engine
-from tests.engines import greedy, home_cache_dir, smollm2_gguf, stepped
+from tests.engines import greedy, home_cache_dir, smollm2_gguf
+from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
 

@@ -416,8 +416,9 @@ def test_the_shape_names_the_matrices_a_token_multiplies(smol: Shape, tmp_path: 
     shaped = read(folder, EngineId.TRANSFORMERS)
     assert sorted((r, w) for r, w, _ in shaped.layer) == sorted((r, w) for r, w, _ in smol.layer)
     assert shaped.head == (49152, 576, 0)
-    ask = shaped.ask((1, 2), "auto")
-    assert (ask.engine, ask.dtype, ask.threads) == ("transformers", "bfloat16", (1, 2))
+    ask = shaped.ask((1, 2), "auto")  # auto: float32 on the CPU, as the engine loads it
+    assert (ask.engine, ask.dtype, ask.threads) == ("transformers", "float32", (1, 2))
+    assert shaped.ask((1, 2), "bfloat16").dtype == "bfloat16"
     assert ask.n_layer == 30
     assert Ask.from_json(ask.to_json()) == ask
 
@@ -516,3 +517,63 @@ def test_args_are_empty_only_when_the_plan_changes_nothing(smol: Shape) -> None:
     assert proposal["values"] == {} and proposal["args"] == []
     assert proposal["available"] is True and proposal["streaming_declined"] is False
     assert plan(smol, facts(smol))["args"] != []
+
+
+def _card(memory: int) -> devices.Device:
+    return devices.Device(
+        name="cuda:0",
+        description="Fake H100",
+        memory_total=memory,
+        prompt_ratio=40.0,
+        token_ratio=12.0,
+        status="unused",
+        why="",
+    )
+
+
+@pytest.fixture(scope="module")
+def smol_hf(gguf_path: Path) -> Shape:
+    return read(gguf_path, EngineId.TRANSFORMERS)
+
+
+def test_a_gpu_takes_a_transformers_model(smol_hf: Shape) -> None:
+    """Issue 48 item 3: with a CUDA card the plan puts a transformers model on it, in
+    bfloat16, with as many rows as the card's KV room holds at a full window (at most 32),
+    its weights and KV in the card's own pool (LOC-PLAN-30) and the card on the lanes."""
+    card = _card(80 * GB)
+    found = devices.Devices((card,), "")
+    on_card = replace(facts(smol_hf, gpu=True), card=card)
+    proposal = propose(Subject(model_id="smol", engine=smol_hf.engine), on_card, found)
+    values = proposal["values"]
+    assert (values["device"], values["dtype"], values["parallel"]) == ("cuda", "bfloat16", 32)
+    assert values["ctx-size"] == smol_hf.n_ctx_train and proposal["regime"] == "gpu-full"
+    assert "cuda:0, Fake H100: 74 GiB" in _decision(proposal, "device")["brief"]
+    assert "32 rows" in _decision(proposal, "parallel")["brief"]
+    assert proposal["summary"]["lanes"][1]["on"] == ["CPU", "Fake H100"]
+    _, gpu = proposal["memory"]["pools"]
+    assert [r["name"] for r in gpu["rows"]] == ["weights", "kv-cache"]
+    assert (
+        gpu["cap_bytes"] == 80 * GB and "30 on the GPU" in _decision(proposal, "placement")["brief"]
+    )
+
+
+def test_a_small_card_gets_fewer_rows_and_a_shorter_window(smol_hf: Shape) -> None:
+    """Issue 48 item 3: the rows and the window are what the card's share holds beside the
+    weights, each brief naming the number that decided it."""
+    card = _card(smol_hf.weight_bytes("bfloat16") + 64 * MIB)
+    on_card = replace(facts(smol_hf, gpu=True), card=card)
+    found = devices.Devices((card,), "")
+    proposal = propose(Subject(model_id="smol", engine=smol_hf.engine), on_card, found)
+    values = proposal["values"]
+    per_token = smol_hf.kv_bytes_per_token("bfloat16")
+    room = int(card.memory_total * 0.9) - smol_hf.weight_bytes("bfloat16")
+    assert values["ctx-size"] == min(smol_hf.n_ctx_train, room // per_token // 256 * 256)
+    assert values["parallel"] == max(1, min(32, room // (per_token * values["ctx-size"])))
+    assert values["parallel"] < 32
+
+
+def test_without_a_card_transformers_runs_on_the_cpu_in_float32(smol_hf: Shape) -> None:
+    """Issue 48: no CUDA device, so the CPU, in float32 (what `auto` loads there)."""
+    proposal = plan(smol_hf, facts(smol_hf))
+    assert (proposal["values"]["device"], proposal["values"]["dtype"]) == ("cpu", "float32")
+    assert proposal["regime"] != "gpu-full"

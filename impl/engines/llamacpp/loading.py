@@ -36,7 +36,9 @@ def load_llamacpp_engine(
     owned_by: str = "local",
     embeddings: bool = True,
 ) -> LlamaCppEngine:
-    """Load the GGUF file at `path` on llama.cpp (CPU).
+    """Load the GGUF file at `path` on llama.cpp: on the CPU, with `options.n_gpu_layers`
+    offloaded to a GPU when this build of llama-cpp-python has a GPU backend
+    (`gpu_offload`; the config turns the setting off on a CPU build, local/config.py).
 
     `options.ctx_size` 0 uses the context length the file was trained with
     (a larger one is cut to it); `threads` is the thread count for both prefill
@@ -71,6 +73,12 @@ def load_llamacpp_engine(
     )
 
 
+def gpu_offload() -> bool:
+    """Whether this build of llama-cpp-python can offload layers to a GPU (the PyPI wheel
+    cannot: CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python builds one that can)."""
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
 def _open_llama(
     path: Path, n_ctx: int, options: LoadOptions, *, embeddings: bool
 ) -> llama_cpp.Llama:
@@ -86,6 +94,7 @@ def _open_llama(
             use_mmap=options.mmap,
             use_mlock=options.mlock,
             n_batch=options.batch_size or LLAMA_DEFAULT_BATCH,
+            n_gpu_layers=options.n_gpu_layers if gpu_offload() else 0,
             logits_all=False,
             flash_attn=flash_attn,
             verbose=False,
@@ -123,6 +132,7 @@ def _model_facts(
         owned_by=owned_by,
         has_chat_template=header.chat_template is not None,
         threads=int(llama.n_threads),
+        device="gpu" if gpu_offload() and llama.model_params.n_gpu_layers else "cpu",
         eog_ids=eog_ids(llama),
         d_model=int(llama.n_embd()),
         n_layers=int(llama_cpp.llama_model_n_layer(llama.model)),

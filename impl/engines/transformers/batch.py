@@ -41,14 +41,14 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from ..base import SamplingParams, SteeringSource, Token
+from ..base import Logprobs, SamplingParams, SteeringSource, Token
 from ..monitor import Monitor
 from ..prompt_cache import PromptCache
 from ..rows import prefill_limit, prompt_row
 from .capture import monitored, monitored_rows
-from .decoding import DecodeSettings, Sampler
+from .decoding import DecodeSettings, Sampler, pick_rows
 from .grammar import TorchMask
-from .prefix import Held, crop, nbytes, restored, usable_prefix
+from .prefix import Held, crop, kv_cache, restored, stored, usable_prefix
 from .steering import steered, steered_rows
 
 
@@ -87,12 +87,13 @@ class Rows:
         chunk: int = 0,
     ) -> None:
         self._model = model
+        self._device = model.device  # every tensor made per step is made there
         self._settings = settings
         self._extra: dict[str, Any] = {"logits_to_keep": 1} if settings.keeps_last_logits else {}
         self._rows: list[Row] = []  # in batch-axis order
         self._waiting: list[Row] = []  # rows still prefilling, on caches of their own
         self._cache: DynamicCache | None = None
-        self._mask = torch.zeros((0, 0), dtype=torch.long)
+        self._mask = self._ones(0, 0)
         self._kept: list[Held] = []  # caches of rows that left, most recent last (no store)
         self._store = store if store is not None and store.enabled else None
         self.capacity = capacity
@@ -190,28 +191,29 @@ class Rows:
         assert self._cache is not None
         tokens = [r.last.token_id for r in self._rows]
         positions = [len(r.ids) for r in self._rows]
-        mask = torch.cat([self._mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=1)
+        mask = torch.cat([self._mask, self._ones(len(tokens), 1)], dim=1)
         rows_steering = steered_rows(self._model, [r.steering for r in self._rows])
         reads = monitored_rows(self._model, [r.monitor for r in self._rows])
         try:
             with rows_steering, reads, torch.inference_mode():
                 out = self._model(
-                    input_ids=torch.tensor(tokens, dtype=torch.long)[:, None],
+                    input_ids=self._longs(tokens)[:, None],
                     attention_mask=mask,
-                    position_ids=torch.tensor(positions, dtype=torch.long)[:, None],
-                    cache=self._cache,
+                    position_ids=self._longs(positions)[:, None],
                     use_cache=True,
+                    **kv_cache(self._model, self._cache),
                     **self._extra,
                 )
         except BaseException:
             self._reset()  # some layers took the step and others not: the cache is torn
             raise
         self._mask = mask
-        logits = out.logits[:, -1].float()
-        for i, row in enumerate(self._rows):
+        for row in self._rows:
             row.sampler.counts.add(row.last.token_id)
             row.ids.append(row.last.token_id)
-            row.last = self._pick(row, logits[i])
+        picks = pick_rows(out.logits[:, -1].float(), [r.sampler for r in self._rows])
+        for row, (token_id, logprobs) in zip(self._rows, picks, strict=True):
+            row.last = self._token(token_id, logprobs)
 
     def leave(self, row: Row) -> None:
         """Take the row out of the batch; its keys and values are kept for a later prompt that
@@ -243,7 +245,8 @@ class Rows:
         """A kept cache holding the longest usable prefix of `ids` under `key`, cut to it,
         and its length; a fresh cache when none shares one."""
         if self._store is not None:
-            found = restored(self._store, ids, key, self._model.config) if reuse else None
+            config = self._model.config
+            found = restored(self._store, ids, key, config, self._device) if reuse else None
             if found is not None:
                 return found, len(found.ids)
             return Held(DynamicCache(config=self._model.config), key=key), 0
@@ -274,7 +277,7 @@ class Rows:
 
     def _keep(self, held: Held) -> None:
         if self._store is not None:
-            self._store.put(held.ids, held.key, held, nbytes(held))
+            stored(self._store, held, self._model.config)
             return
         self._kept.append(held)
         del self._kept[: -self.capacity]
@@ -284,7 +287,7 @@ class Rows:
         length = len(row.ids)
         if self._cache is None:
             self._cache = cache
-            self._mask = torch.ones((1, length), dtype=torch.long)
+            self._mask = self._ones(1, length)
             self._rows = [row]
             return
         total = int(self._cache.get_seq_length())
@@ -293,7 +296,7 @@ class Rows:
             (keys, values), (new_keys, new_values) = _states(mine), _states(theirs)
             mine.keys = torch.cat([_pad(keys, width - total), _pad(new_keys, width - length)])
             mine.values = torch.cat([_pad(values, width - total), _pad(new_values, width - length)])
-        ones = torch.ones((1, length), dtype=torch.long)
+        ones = self._ones(1, length)
         self._mask = torch.cat(
             [_pad_mask(self._mask, width - total), _pad_mask(ones, width - length)]
         )
@@ -304,7 +307,7 @@ class Rows:
         if not indices or self._cache is None:
             self._reset()
             return
-        picked = torch.tensor(indices, dtype=torch.long)
+        picked = self._longs(indices)
         mask = self._mask[picked]
         start = int(torch.nonzero(mask.any(dim=0))[0, 0])
         for layer in _layers(self._cache):
@@ -318,10 +321,20 @@ class Rows:
             row.open = False
         self._rows, self._waiting = [], []
         self._cache = None
-        self._mask = torch.zeros((0, 0), dtype=torch.long)
+        self._mask = self._ones(0, 0)
+
+    def _ones(self, rows: int, width: int) -> torch.Tensor:
+        """An attention mask of ones on the model's device."""
+        return torch.ones((rows, width), dtype=torch.long, device=self._device)
+
+    def _longs(self, values: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self._device)
 
     def _pick(self, row: Row, logits: torch.Tensor) -> Token:
         token_id, logprobs = row.sampler.pick(logits)  # the guide advanced with the pick
+        return self._token(token_id, logprobs)
+
+    def _token(self, token_id: int, logprobs: Logprobs | None) -> Token:
         return Token(token_id=token_id, eos=token_id in self._settings.eos_ids, logprobs=logprobs)
 
 

@@ -16,8 +16,9 @@ Where it reads, relative to this layer's steering hook (steering.py):
   already on the layer, so `captured` must be entered inside `steered()`.
 
 Steering at earlier layers is in both (OAI-ACT-10). Rows are copied out as
-float32 on the CPU as they come, one small tensor per pass; `rows()` joins
-them once, for one batched encoding per request.
+float32 as they come, one small tensor per pass, on the model's device (issue 48:
+the SAE encodes them there, and only the features the wire reports reach the host);
+`rows()` joins them once, for one batched encoding per request.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Residuals:
         hidden = output[0] if isinstance(output, tuple) else output
         if hidden.dim() != 3 or hidden.shape[0] != 1:
             raise ValueError(f"a capture reads a batch of one, not {tuple(hidden.shape)}")
-        self._parts.append(hidden[0].detach().to("cpu", torch.float32, copy=True))
+        self._parts.append(hidden[0].detach().to(torch.float32, copy=True))
 
     def rows(self) -> torch.Tensor:
         """Every row so far, [positions, width] (no positions: [0, 0])."""

@@ -107,7 +107,7 @@ def _prefill_chunks(
 def _choice_logps(logits: torch.Tensor, choice_ids: Sequence[int]) -> tuple[float | None, ...]:
     """Each choice id's log-probability under `logits` (None where it is minus infinity)."""
     table = torch.log_softmax(logits.double(), dim=-1)
-    return tuple(_finite(float(table[i])) for i in choice_ids)
+    return tuple(_finite(float(v)) for v in table[list(choice_ids)].tolist())  # one copy
 
 
 def _keep(kept: PrefixCache, held: Held, length: int) -> float:

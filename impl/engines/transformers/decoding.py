@@ -76,12 +76,41 @@ class Sampler:
         self._penalized = not is_no_op_penalty(params.frequency_penalty, params.presence_penalty)
         self._bias = logit_bias(params.logit_bias)
         self._reporter = None if params.logprobs is None else Reporter(params.logprobs)
+        banned = () if self._bias is None else self._bias.banned
+        self.plain = (  # greedy, at most banning ids: an argmax where the logits are
+            params.temperature == 0
+            and not self._penalized
+            and banned is not None
+            and guide is None
+            and self._reporter is None
+        )
+        self._banned = tuple(banned or ())
+        self._banned_on: dict[torch.device, torch.Tensor] = {}
+
+    @property
+    def bans(self) -> bool:
+        return bool(self._banned)
+
+    def unbanned(self, logits: torch.Tensor) -> torch.Tensor:
+        """A plain pick's logits (one row, or the rows of a batch it owns): with the ids its
+        bias bans at -inf, on their device; `logits` itself when it bans none."""
+        if not self._banned:
+            return logits
+        ids = self._banned_on.get(logits.device)
+        if ids is None:
+            ids = torch.tensor(self._banned, dtype=torch.long, device=logits.device)
+            self._banned_on[logits.device] = ids
+        return logits.index_fill(-1, ids, float("-inf"))
 
     def pick(self, logits: torch.Tensor) -> tuple[int, Logprobs | None]:
         """Apply the penalties, the logit bias, then the grammar's mask, then pick (temperature,
         top_p, top_k); the token's log-probabilities when the request asks for them, of the
         logits the pick read (engines/logprobs.py). The guide advances by the token picked;
-        `logits` may be written over."""
+        `logits` may be written over. A plain greedy pick is an argmax on the logits' device;
+        every other reads a host copy (a seeded draw uses a CPU generator, on any device)."""
+        if self.plain:
+            return int(torch.argmax(self.unbanned(logits))), None
+        logits = logits.cpu()
         with torch.inference_mode():
             if self._penalized:
                 logits = self.counts.penalize(logits, self._params)
@@ -104,6 +133,25 @@ class Sampler:
         if self._guide is not None:
             self._guide.advance(token_id)
         return token_id, logprobs
+
+
+def pick_rows(
+    logits: torch.Tensor, samplers: Sequence[Sampler]
+) -> list[tuple[int, Logprobs | None]]:
+    """Each row's pick from a batch's logits ([rows, vocab], row i for `samplers[i]`): the
+    plain greedy rows by one argmax on the device, the others from one host copy."""
+    plain = [s.plain for s in samplers]
+    greedy: list[int] = []
+    if any(plain):
+        picked = logits
+        if any(s.plain and s.bans for s in samplers):  # ignore_eos: those rows' bans first
+            picked = torch.stack([s.unbanned(row) for s, row in zip(samplers, logits, strict=True)])
+        greedy = picked.argmax(dim=-1).tolist()
+    host = logits if all(plain) else logits.cpu()
+    return [
+        (greedy[i], None) if plain[i] else sampler.pick(host[i])
+        for i, sampler in enumerate(samplers)
+    ]
 
 
 def decode(

@@ -50,7 +50,9 @@ def embed(
             ids[row, : len(inputs[i])] = torch.tensor(list(inputs[i]), dtype=torch.long)
             mask[row, : len(inputs[i])] = 1
         with torch.inference_mode():
-            hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+            device = model.device
+            hidden = base(input_ids=ids.to(device), attention_mask=mask.to(device))
+            hidden = hidden.last_hidden_state.float()
         for row, i in enumerate(group):
             n = len(inputs[i])
             if pooling == "mean":
@@ -59,5 +61,5 @@ def embed(
                 vector = hidden[row, n - 1]
             else:
                 vector = hidden[row, 0]
-            out[i] = vector.numpy()
+            out[i] = vector.cpu().numpy()  # pooled on the model's device, one row copied
     return out

@@ -75,7 +75,7 @@ class TransformersEngine:
         self._facts = facts
         self._settings: DecodeSettings = decode_settings(model, eos_ids)
         self._cache = cache
-        self._prefix = PrefixCache(model.config, cache)
+        self._prefix = PrefixCache(model.config, cache, model.device)
         self._decisions = PrefixCache(model.config)  # the kept decide prefix (deciding.py)
         self._steering_key: Hashable = ()
         self._capturing = 0  # captures open (capturing()): no prefix reuse meanwhile

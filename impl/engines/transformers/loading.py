@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -23,6 +24,7 @@ from ..cores import usable_cores
 from ..prompt_cache import prompt_cache
 from ..rows import chunk_of, parallel_of
 from .conversion import Provenance, cached_hf_folder, read_provenance
+from .device import DeviceUnavailable, Placement, resolve_device, resolve_dtype
 from .engine import CAPABILITIES, ENCODER_CAPABILITIES, TransformersEngine
 from .float32 import Float32Settings
 
@@ -43,12 +45,14 @@ def load_transformers_engine(
     float32: Float32Settings | None = None,
     encoder: bool = False,
 ) -> TransformersEngine:
-    """Load the model at `path` (HF folder or `.gguf` file) on CPU.
+    """Load the model at `path` (HF folder or `.gguf` file) on `options.device` in
+    `options.dtype` (device.py: auto is the first CUDA device, else the CPU; float32 on the
+    CPU, a half type on a GPU); a device or type this process cannot use is turned off
+    with a warning (the CPU, float16), as LOC-LOAD-12 turns settings off.
 
-    `options.threads` sets torch's (process-wide) thread count for forward
-    passes, 0 the physical cores this process may use (`..cores`);
-    `options.dtype` other than auto casts the weights; `options.ctx_size` > 0
-    shortens the context the server serves (never past the model's own).
+    `options.threads` sets torch's (process-wide) thread count for forward passes, 0 the
+    physical cores this process may use (`..cores`); `options.ctx_size` > 0 shortens the
+    context the server serves (never past the model's own).
     `options.parallel` > 1 decodes that many rows together (`batch.py`), 0 (auto)
     `rows.rows_for` the context.
     `batch_size`, `mmap` and `mlock` are llama.cpp's and change nothing here.
@@ -60,10 +64,9 @@ def load_transformers_engine(
         folder = cached_hf_folder(path, cache_dir, report)
     report(f"loading {model_id} from {folder}")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    typed = {} if options.dtype == "auto" else {"dtype": getattr(torch, options.dtype)}
-    model = (AutoModel if encoder else AutoModelForCausalLM).from_pretrained(folder, **typed)
+    model, place = _model(folder, options, report, encoder=encoder)
     facts = model_facts(model, tokenizer, folder, model_id=model_id, owned_by=owned_by)
-    facts = replace(facts, threads=torch.get_num_threads())
+    facts = replace(facts, threads=torch.get_num_threads(), device=place.name)
     if 0 < options.ctx_size < facts.context_length:
         facts = replace(facts, context_length=options.ctx_size)
     report(f"loaded {model_id} ({facts.dtype}/{facts.quantization}@{facts.revision})")
@@ -81,6 +84,43 @@ def load_transformers_engine(
         cache=None if encoder else prompt_cache(options.cache_ram),
         chunk=chunk_of(options.prefill_chunk),
     )
+
+
+def _model(
+    folder: Path, options: LoadOptions, report: Callable[[str], None], *, encoder: bool
+) -> tuple[PreTrainedModel, Placement]:
+    """The model in `folder`, loaded in its type and moved to its device."""
+    place = _placement(options, AutoConfig.from_pretrained(folder), report)
+    loaded = (AutoModel if encoder else AutoModelForCausalLM).from_pretrained(
+        folder, dtype=place.dtype
+    )
+    return loaded.to(place.device), place  # type: ignore[arg-type]
+
+
+def _placement(
+    options: LoadOptions, config: PretrainedConfig, report: Callable[[str], None]
+) -> Placement:
+    """Where and in which type the model runs; what cannot be had is turned off, warned."""
+    try:
+        device = resolve_device(options.device)
+    except DeviceUnavailable as exc:
+        logger.warning("%s: the model loads on the CPU instead", exc)
+        report(f"{exc}: loading on the CPU")
+        device = torch.device("cpu")
+    dtype = resolve_dtype(options.dtype, device, _stored_dtype(config))
+    if options.dtype != "auto" and dtype != getattr(torch, options.dtype):
+        logger.warning(
+            "%s cannot compute in %s: the model loads in %s", device, options.dtype, dtype
+        )
+    return Placement(device, dtype)
+
+
+def _stored_dtype(config: PretrainedConfig) -> torch.dtype | None:
+    """The checkpoint's own type, when its config names one."""
+    named = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(named, str):
+        named = getattr(torch, named, None)
+    return named if isinstance(named, torch.dtype) else None
 
 
 def _reporter(progress: Callable[[str], None] | None) -> Callable[[str], None]:

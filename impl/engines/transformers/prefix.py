@@ -25,7 +25,8 @@ entry stays for the next prompt, so rows that join together with one system
 prompt each get it. The batch's rows (batch.py) keep what they leave there too:
 a `Held` is a batch of one either way, so the serial path and the rows restore
 each other's. Entries are keyed by the steering state their keys and values
-were made under (`Held.key`).
+were made under (`Held.key`). They are kept in host memory (`stored`): a model on
+a GPU copies a cache out as it goes to the store and back as it is restored.
 
 Seeds: a seeded request (OAI-SEED-05: same seed, body and model give
 byte-identical text) never reuses. A prefill split into a cached part and a
@@ -36,9 +37,11 @@ tokens, and its cache is still kept for later unseeded requests.
 
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, cast
 
 import torch
@@ -71,9 +74,9 @@ class Held:
         """
         self.torn = True
         out = model(
-            input_ids=torch.tensor([ids], dtype=torch.long),
-            cache=self.cache,
+            input_ids=torch.tensor([ids], dtype=torch.long, device=model.device),
             use_cache=True,
+            **kv_cache(model, self.cache),
             **(extra or {}),
         )
         self.ids.extend(ids)
@@ -86,8 +89,14 @@ class PrefixCache:
     """The engine's single kept KV cache, handed to one generation at a time; with a
     `store`, the prompt cache behind it."""
 
-    def __init__(self, config: PreTrainedConfig, store: PromptCache | None = None) -> None:
+    def __init__(
+        self,
+        config: PreTrainedConfig,
+        store: PromptCache | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         self._config = config
+        self._device = device or torch.device("cpu")  # the model's: where restored ones go
         usable = store is not None and store.enabled and batchable(config)
         self._store = store if usable else None
         self._lock = threading.Lock()
@@ -110,13 +119,13 @@ class PrefixCache:
             length = usable_prefix(kept.ids, prompt_ids)
         found = None
         if self._store is not None and reuse:
-            found = restored(self._store, prompt_ids, key, self._config, at_least=length)
+            found = restored(self._store, prompt_ids, key, self._config, self._device, length)
         if found is None and kept is not None and length:
             self._save_copy(kept, length)
             if crop(kept, length):
                 return kept, length
         if kept is not None and self._store is not None:  # replaced: stored whole, not copied
-            self._store.put(kept.ids, kept.key, kept, nbytes(kept))
+            stored(self._store, kept, self._config)
         if found is not None:
             return found, len(found.ids)
         return Held(DynamicCache(config=self._config), key=key), 0
@@ -125,8 +134,7 @@ class PrefixCache:
         """A copy of `kept` to the store, when cutting it to `length` drops what it lacks."""
         store = self._store
         if store is not None and length < len(kept.ids) and store.worth(kept.ids, kept.key):
-            whole = copied(kept, len(kept.ids), self._config)
-            store.put(kept.ids, kept.key, whole, nbytes(kept))
+            stored(store, kept, self._config, copy=True)
 
     def fresh(self) -> Held:
         """An empty cache, leaving the kept one where it is."""
@@ -149,6 +157,20 @@ class PrefixCache:
             self._kept = None
 
 
+def kv_cache(model: PreTrainedModel, kept: DynamicCache) -> dict[str, DynamicCache]:
+    """The keyword argument that hands `model` its KV cache: `cache` where its forward takes
+    that name (transformers 5.2x on), else `past_key_values` (earlier 5.x, whose models
+    pass an unknown `cache` on to attention, which ignores it: no earlier token is seen)."""
+    return {_cache_keyword(type(model).forward): kept}
+
+
+@cache
+def _cache_keyword(forward: Callable[..., Any]) -> str:
+    """The keyword a model class's `forward` takes its cache by (looked up once a class)."""
+    names = inspect.signature(forward).parameters
+    return "cache" if "cache" in names else "past_key_values"
+
+
 def batchable(config: PreTrainedConfig) -> bool:
     """Whether the model's cache is plain full attention on every layer: padded rows need it
     (sliding-window and recurrent layers are served serially), and so does a stored prefix,
@@ -161,28 +183,52 @@ def restored(
     ids: Sequence[int],
     key: Hashable,
     config: PreTrainedConfig,
+    device: torch.device,
     at_least: int = 0,
 ) -> Held | None:
     """A copy of the stored cache sharing the longest prefix with `ids` under `key` (more
-    than `at_least`), cut to that prefix; None when none does."""
+    than `at_least`), cut to that prefix, on `device`; None when none does."""
     found = store.best(ids, key, at_least=at_least)
     if found is None:
         return None
     held = found.entry.state
     assert isinstance(held, Held)
-    return copied(held, found.shared, config)
+    return copied(held, found.shared, config, device)
 
 
-def copied(held: Held, length: int, config: PreTrainedConfig) -> Held:
-    """A cache of its own holding `held`'s first `length` positions (cloned tensors)."""
+def stored(store: PromptCache, held: Held, config: PreTrainedConfig, *, copy: bool = False) -> None:
+    """Put `held` in the store, in host memory: a copy when it is on a GPU (or `copy`)."""
+    host = torch.device("cpu")
+    if copy or _device(held) != host:
+        held = copied(held, len(held.ids), config, host)
+    store.put(held.ids, held.key, held, nbytes(held))
+
+
+def copied(
+    held: Held, length: int, config: PreTrainedConfig, device: torch.device | None = None
+) -> Held:
+    """A cache of its own holding `held`'s first `length` positions (new tensors), on
+    `device` (None: where `held` is)."""
     cache = DynamicCache(config=config)
     for source, layer in zip(_plain(held.cache), _plain(cache), strict=True):
         keys, values = source.keys, source.values
         assert keys is not None and values is not None, "a kept cache holds every layer"
+        keys, values = keys[:, :, :length], values[:, :, :length]
+        if device is None or device == keys.device:
+            keys, values = keys.clone(), values.clone()
+        else:
+            keys, values = keys.to(device), values.to(device)
         layer.lazy_initialization(keys, values)
-        layer.keys = keys[:, :, :length].clone()
-        layer.values = values[:, :, :length].clone()
+        layer.keys, layer.values = keys, values
     return Held(cache, ids=list(held.ids[:length]), key=held.key)
+
+
+def _device(held: Held) -> torch.device:
+    """Where `held`'s keys are (the CPU while it holds none)."""
+    for layer in _plain(held.cache):
+        if layer.keys is not None:
+            return layer.keys.device
+    return torch.device("cpu")
 
 
 def nbytes(held: Held) -> int:

@@ -27,7 +27,8 @@ def score_pass(
     echo = query.prompt_logprobs is not None
     extra = {"logits_to_keep": 1} if keeps_last and not echo else {}
     with torch.inference_mode():
-        out = model(input_ids=torch.tensor([list(prompt_ids)]), use_cache=False, **extra)
+        ids = torch.tensor([list(prompt_ids)], device=model.device)
+        out = model(input_ids=ids, use_cache=False, **extra)
     rows: torch.Tensor = out.logits[0].float()
     result = scored(rows[-1], query)
     if query.prompt_logprobs is None:

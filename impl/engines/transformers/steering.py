@@ -9,7 +9,9 @@ at its next token. Hooks live only inside `steered()`: they are removed on
 success, error and generator close alike.
 
 The vectors themselves (Σ clamp(strength)·W_dec[i]) are built by
-`miserver.steering.applied`; this module only adds them.
+`miserver.steering.applied`, in the SAE's float32 on the host; this module only adds
+them, each copied once to the layer's device and type (`Placed`: a snapshot's vector is
+one tensor for as long as the snapshot stands, so a pass adds it with no copy).
 """
 
 from __future__ import annotations
@@ -31,16 +33,47 @@ def _layers(model: nn.Module) -> Sequence[nn.Module]:
     return list(layers)
 
 
-def _add(output: Any, vector: torch.Tensor) -> Any:
+class Placed:
+    """Host vectors copied to a device and type, once each: the last `KEEP` are held, keyed
+    by the vector's identity (each entry holds its vector, so the id stays its own)."""
+
+    KEEP = 64
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, torch.device, torch.dtype], tuple[torch.Tensor, ...]] = {}
+
+    def __call__(self, vector: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        if vector.device == like.device and vector.dtype == like.dtype:
+            return vector
+        key = (id(vector), like.device, like.dtype)
+        found = self._made.get(key)
+        if found is None:
+            found = (vector, vector.to(device=like.device, dtype=like.dtype))
+            self._made[key] = found
+            if len(self._made) > self.KEEP:
+                del self._made[next(iter(self._made))]
+        return found[1]
+
+
+_placed = Placed()  # used from the engine's one worker thread
+
+
+def _hidden(output: Any) -> torch.Tensor:
+    hidden: torch.Tensor = output[0] if isinstance(output, tuple) else output
+    return hidden
+
+
+def _add(output: Any, delta: torch.Tensor) -> Any:
+    """`output` with `delta` (already on its device and type) added to its hidden states."""
     if isinstance(output, tuple):
-        return (output[0] + vector.to(output[0].dtype), *output[1:])
-    return output + vector.to(output.dtype)
+        return (output[0] + delta, *output[1:])
+    return output + delta
 
 
 def _adder(source: SteeringSource, layer: int) -> Any:
     def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
         vector = source.vector(layer)
-        return None if vector is None else _add(output, vector)
+        return None if vector is None else _add(output, _placed(vector, _hidden(output)))
 
     return hook
 
@@ -53,11 +86,11 @@ def _row_adder(sources: Sequence[SteeringSource | None], layer: int) -> Any:
         vectors = [
             None if s is None or layer not in s.layers() else s.vector(layer) for s in sources
         ]
-        found = [v for v in vectors if v is not None]
-        if not found:
+        if all(v is None for v in vectors):
             return None
-        zero = torch.zeros_like(found[0])
-        rows = torch.stack([zero if v is None else v.to(zero.dtype) for v in vectors])
+        hidden = _hidden(output)
+        zero = hidden.new_zeros(hidden.shape[-1])
+        rows = torch.stack([zero if v is None else _placed(v, hidden) for v in vectors])
         return _add(output, rows[:, None, :])
 
     return hook

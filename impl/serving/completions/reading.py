@@ -22,7 +22,7 @@ import torch
 from ...engines.base import Capture
 from ...errors import InvalidParameter
 from ...steering.live import Attachment
-from ...steering.sae import SAE
+from ...steering.sae import SAE, placed
 from .activations import (
     FIELD,
     NOTES,
@@ -135,10 +135,12 @@ def read(
     listed: list[dict[str, Any]] = []
     if len(wanted):
         with torch.inference_mode():
-            acts = sae.encode(rows[wanted.start : wanted.stop]).float()  # one matmul
+            device = rows.device  # the model's: the SAE encodes there (issue 48)
+            acts = placed(sae, device).encode(rows[wanted.start : wanted.stop]).float()
             candidates = None
             if ask.features is not None:
-                candidates = torch.tensor(sorted(set(ask.features)), dtype=torch.long)
+                chosen = sorted(set(ask.features))
+                candidates = torch.tensor(chosen, dtype=torch.long, device=device)
                 acts = acts[:, candidates]
             k = min(ask.top_k, acts.shape[1])
             # stable descending sort: equal values keep the lower index first
