@@ -761,6 +761,60 @@ class IncompleteDetails(BaseModel):
     reason: str | None = None
 
 
+class FileObject(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    object: Literal["file"]
+    bytes: Annotated[int, Field(ge=0)]
+    created_at: int
+    filename: str
+    purpose: Literal["batch", "batch_output"]
+    status: Literal["uploaded", "processed", "error"]
+    expires_at: int | None = None
+    status_details: str | None = None
+
+
+class FileList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[FileObject]
+    has_more: bool
+    first_id: Annotated[str | None, Field(...)]
+    last_id: Annotated[str | None, Field(...)]
+
+
+class FileDeleted(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    object: Literal["file"]
+    deleted: bool
+
+
+class FileUploadJson(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    purpose: Literal["batch"]
+    filename: Annotated[str, Field(max_length=255, min_length=1)]
+    content: Annotated[
+        str, Field(description="The file's text (UTF-8), a batch's JSONL lines.")
+    ]
+
+
+class FileUploadForm(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    file: bytes
+    purpose: Literal["batch"]
+
+
 class ResponseDeleted(BaseModel):
     model_config = ConfigDict(
         extra="allow",

@@ -58,6 +58,7 @@ from .planner.service import Planner
 from .probes.admin import ProbeAdmin
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
+from .serving.files import FileService
 from .serving.messages.service import MessagesService
 from .serving.responses.service import ResponsesService
 from .serving.scheduler import Scheduler
@@ -70,6 +71,7 @@ from .steering.live import LiveSteering
 from .steering.sae import SAERegistry
 from .store.circuits import CircuitStore
 from .store.database import Database
+from .store.files import FileStore
 from .store.probes import ProbeStore
 from .store.profiles import ProfileStore
 from .store.responses import ResponseStore
@@ -93,6 +95,7 @@ class ServerState:
     scheduler: Scheduler
     completions: CompletionService
     responses: ResponsesService
+    files: FileService
     messages: MessagesService
     steering: LiveSteering
     admin: SteeringAdmin
@@ -372,6 +375,9 @@ class Server:
             completions=service,
             responses=ResponsesService(
                 service, ResponseStore(self._db, limit=settings.responses_max_stored), manager
+            ),
+            files=FileService(
+                FileStore(self._db, settings.data_dir / "files", settings.files_max_bytes)
             ),
             steering=live,
             admin=admin,

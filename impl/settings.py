@@ -218,6 +218,23 @@ class Settings:
         None,
         "Seconds between `: waiting for a turn` comments to a queued stream.",
     )
+    files_max_bytes: int = _knob(
+        8 * 1024 * 1024,
+        "FILES_MAX_BYTES",
+        None,
+        "Most bytes one file of the Files API (/v1/files: a batch's input) may hold; at most "
+        "the request body cap, 8 MiB. More is 413 payload_too_large.",
+    )
+    scoring_cache: bool = _knob(
+        False,
+        "MISERVER_SCORING_CACHE",
+        "--scoring-cache",
+        "Let next-token scoring (logprobs with max_tokens 1) reuse a prefix the KV or the "
+        "prompt cache holds: a repeated few-shot context is scored in the time of its last "
+        "tokens, its log-probabilities within float rounding of a cold pass (a quantized "
+        "GGUF: within llama.cpp's batch-shape noise). Off: every prompt is scored whole, "
+        "bit for bit the same whatever came before it (docs/DECISIONS.md, issue 43).",
+    )
     no_metrics: bool = _knob(
         False,
         "MISERVER_NO_METRICS",

@@ -195,6 +195,7 @@ class ScoreQuery:
     alternatives: int = 0
     precision: str = "native"  # or "float32": a float32 copy of the model (OAI-F32)
     prompt_logprobs: int | None = None  # echo: the prompt's own too, with their k best
+    reuse: bool = False  # a held or cached unsteered prefix may be reused (issue 43)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +209,7 @@ class Scored:
     best: tuple[int, float]
     alternatives: tuple[tuple[int, float], ...]
     prompt: tuple[Logprobs, ...] = ()  # with `ScoreQuery.prompt_logprobs`, as Prefilled's
+    cached_tokens: int = 0  # prompt tokens the KV already held (kept, or a cached prefix)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

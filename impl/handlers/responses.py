@@ -6,7 +6,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..errors import ApiError
 from ..generated import v1
-from ..serving.responses.paging import page
+from ..serving.paging import page
 from ..store.responses import ResponseNotFound, StoredResponse
 from .common import admitted, parse, request_body, state, typed_response, unless_disconnected
 

@@ -14,7 +14,9 @@ ends the request with an OpenAI-format error before any handler runs:
     all        a declared Content-Length within BODY_CAP           413 payload_too_large
     /api /v1   OPTIONS (a CORS preflight)                          405 method_not_allowed
     /api /v1   every method but GET and HEAD declares              415 unsupported_media_type
-               application/json (any case, charset=utf-8 allowed)
+               application/json (any case, charset=utf-8 allowed),
+               or, on POST /v1/files alone, multipart/form-data with
+               an Authorization header (a cross-site form sends none)
     all        the body read (chunked too) stays within BODY_CAP   413 payload_too_large
     /api /v1   the path and query, percent-decoded, are UTF-8      400 invalid_request
     /v1 /api   a request that would queue, while the queue is      503 queue_full
@@ -55,6 +57,7 @@ from .body import BODY_KEY, MAX_DEPTH, BodyRefused, read
 log = logging.getLogger(__name__)
 
 BODY_CAP = 8 * 1024 * 1024  # 8 MiB (LOC-SEC-67)
+FORM_PATHS = frozenset({("POST", "/v1/files")})  # multipart/form-data, with Authorization
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -112,6 +115,17 @@ class _Request:
     def has_body(self) -> bool:
         """Whether the body is the API's JSON: /api and /v1, every method but GET and HEAD."""
         return self.api and self.method not in BODYLESS_METHODS
+
+    @property
+    def form_upload(self) -> bool:
+        """A file upload as OpenAI's SDKs send it (contract 0.30.0): `multipart/form-data` on
+        a FORM_PATHS route, from a request carrying an `Authorization` header. A cross-site
+        HTML form can post multipart but never set that header, and a script that sets it
+        cross-site needs a CORS preflight, which is refused: LOC-SEC-25's hole stays shut."""
+        if (self.method, self.path) not in FORM_PATHS or "authorization" not in self.headers:
+            return False
+        media = self.headers.get("content-type", "").split(";")[0].strip().lower()
+        return media == "multipart/form-data"
 
 
 def host_name(host: str) -> str | None:
@@ -292,7 +306,7 @@ class SecurityMiddleware:
 
     def _parsed(self, request: _Request, body: bytes | None) -> dict[str, Any]:
         """`{BODY_KEY: document}` for an API body (http/body.py); empty when there is none."""
-        if not body or not request.has_body:
+        if not body or not request.has_body or request.form_upload:
             return {}
         return {BODY_KEY: read(body, self.max_depth)}
 
@@ -363,15 +377,17 @@ class SecurityMiddleware:
         )
 
     def _media_type(self, request: _Request) -> ApiError | None:
-        """LOC-SEC-25: JSON on every method but GET and HEAD."""
-        if not request.has_body:
+        """LOC-SEC-25: JSON on every method but GET and HEAD (a form upload aside)."""
+        if not request.has_body or request.form_upload:
             return None
         content_type = request.headers.get("content-type")
         if is_json(content_type):
             return None
         got = f"got {content_type!r}" if content_type is not None else "none was given"
+        form = (request.method, request.path) in FORM_PATHS
+        also = ", or multipart/form-data sent with an Authorization header" if form else ""
         return ApiError(
             "unsupported_media_type",
-            f"{request.method} {request.path} needs Content-Type: application/json ({got}).",
+            f"{request.method} {request.path} needs Content-Type: application/json{also} ({got}).",
             "Content-Type",
         )

@@ -76,6 +76,16 @@ MIGRATIONS: Sequence[str] = (
         conversation TEXT NOT NULL
     );
     """,
+    """
+    CREATE TABLE files (
+        seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+        id       TEXT NOT NULL UNIQUE,
+        filename TEXT NOT NULL,
+        purpose  TEXT NOT NULL,
+        bytes    INTEGER NOT NULL,
+        created  INTEGER NOT NULL
+    );
+    """,
 )
 
 

@@ -117,9 +117,15 @@ def _without_input(document: Path) -> list[str]:
     ]
 
 
-# Any string is a model id, and any a response id: a path parameter has no negative value
-# to generate, and these operations take nothing else.
-ONLY_AN_ID = ["DELETE /responses/{response_id}", "POST /responses/{response_id}/cancel"]
+# Any string is a model id, and any a response or file id: a path parameter has no negative
+# value to generate, and these operations take nothing else.
+ONLY_AN_ID = [
+    "DELETE /responses/{response_id}",
+    "POST /responses/{response_id}/cancel",
+    "GET /files/{file_id}",
+    "DELETE /files/{file_id}",
+    "GET /files/{file_id}/content",
+]
 negative_schema = negative_schema.exclude(path="/models/{model_id}").exclude(
     name=[*_without_input(SPEC), *ONLY_AN_ID]
 )

@@ -1,5 +1,5 @@
-"""The Responses API's conversation (serving/responses/items.py), its paging (paging.py) and
-its stream's events (shapes.py), without a model (issue 44)."""
+"""The Responses API's conversation (serving/responses/items.py), its paging
+(serving/paging.py) and its stream's events (shapes.py), without a model (issue 44)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from miserver.errors import ApiError
-from miserver.serving.responses import items, paging, shapes
+from miserver.serving import paging
+from miserver.serving.responses import items, shapes
 from miserver.serving.results import Encoded
 from tests.openai_reference import violations
 

@@ -156,6 +156,7 @@ _RESPONSE_STREAM: dict[str, Any] = {
     "store": False,
 }
 RESPONSE = "/v1/responses/resp_hostile"  # never stored
+FILE = "/v1/files/file-hostile"  # never kept: an upload's id is `file-` and 24 hex digits
 _MESSAGE: dict[str, Any] = {
     "model": MODEL,
     "system": "Answer in one word.",
@@ -194,6 +195,15 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "responses-stream": ("POST", "/v1/responses", _RESPONSE_STREAM),
     "response-cancel": ("POST", f"{RESPONSE}/cancel", None),
     "response-delete": ("DELETE", RESPONSE, None),
+    "file-upload": (
+        "POST",
+        "/v1/files",
+        {"purpose": "batch", "filename": "hostile.jsonl", "content": '{"custom_id": "h"}\n'},
+    ),
+    "files": ("GET", "/v1/files", None),
+    "file": ("GET", FILE, None),
+    "file-content": ("GET", f"{FILE}/content", None),
+    "file-delete": ("DELETE", FILE, None),
     "messages": ("POST", "/v1/messages", _MESSAGE),
     "messages-stream": ("POST", "/v1/messages", _MESSAGE_STREAM),
     "messages-count": ("POST", "/v1/messages/count_tokens", _MESSAGE_COUNT),

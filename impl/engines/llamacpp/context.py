@@ -300,20 +300,23 @@ class Context:
     def score(
         self, ids: Sequence[int], query: ScoreQuery, observer: Observer | None = None
     ) -> Scored:
-        """Next-token scoring (OAI-SCORE): the whole of `ids` run now, unsteered (nothing the
-        cache held is reused, so the same request scores the same), read by `observer`, the
-        last position's logits scored (engines/logprobs.py); with `query.prompt_logprobs`
-        (echo), every position's."""
+        """Next-token scoring (OAI-SCORE): `ids` held unsteered, the last position's logits
+        scored (engines/logprobs.py). An unsteered prefix the context holds or the prompt
+        cache stores is reused (issue 43) unless `observer` reads every position; with
+        `query.prompt_logprobs` (echo), the whole of `ids` runs, every position's logits
+        read."""
         with self.lock:
             owner = object()
+            cached = 0
             if query.prompt_logprobs is None:
-                self.hold(ids, owner, reuse=False, observer=observer)
+                reuse = query.reuse and observer is None
+                cached = self.hold(ids, owner, reuse=reuse, observer=observer)
                 prompt: tuple[Logprobs, ...] = ()
             else:
                 k = query.prompt_logprobs
                 prompt = tuple(self.hold_scored(ids, owner, k, observer=observer))
             result = scored(torch.from_numpy(self._logits.row(-1)), query)
-        return replace(result, prompt=prompt)
+        return replace(result, prompt=prompt, cached_tokens=cached)
 
     def close(self) -> None:
         """Free the model and the context; a generator still open fails at its next step."""

@@ -44,7 +44,7 @@ from .float32 import Float32Copies, Float32Settings
 from .grammar import Grammars
 from .prefix import PrefixCache, batchable
 from .sampling import new_rng
-from .scoring import score_pass
+from .scoring import score_kept, score_pass
 from .steering import steered
 
 logger = logging.getLogger(__name__)
@@ -196,13 +196,17 @@ class TransformersEngine:
     def score(
         self, prompt_ids: Sequence[int], query: ScoreQuery, capture: Capture | None = None
     ) -> Scored:
-        """One forward pass, no kept cache, no steering hook (OAI-SCORE-11)."""
+        """One forward pass, no steering hook (OAI-SCORE-11), on the kept KV unless a capture
+        reads, echo asks every position or a float32 copy scores (scoring.py)."""
         if capture is not None:
             with self.capturing(capture.layer, pre_steering=capture.pre_steering) as residuals:
                 result = self.score(prompt_ids, query)
             capture.record(residuals.rows())
             return result
         keeps = self._settings.keeps_last_logits
+        reusable = query.reuse and query.prompt_logprobs is None and not self._capturing
+        if query.precision != "float32" and reusable:
+            return score_kept(self.model, self._prefix, prompt_ids, query, keeps)
         if query.precision != "float32":
             return score_pass(self.model, prompt_ids, query, keeps)
         with self._float32.model(self.model) as model:

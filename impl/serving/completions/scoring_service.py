@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import Any
 
 from ... import headers as hdr
@@ -66,11 +67,11 @@ class ScoringService:
                 limit = self._settings.sae_activations_max_entries
                 accepted.reading.check(prepared, max_entries=limit)
             loop = asyncio.get_running_loop()
-            choices, millm = await loop.run_in_executor(
+            choices, millm, cached = await loop.run_in_executor(
                 self._executor, self._scored, accepted, prepared, ask
             )
         env = shapes.Envelope.new(accepted.request.endpoint, entry.model_id)
-        usage = shapes.usage(prepared.prompt_tokens, len(choices))
+        usage = shapes.usage(prepared.prompt_tokens, len(choices), cached)
         body = env.body(choices, usage, shapes.fingerprint(engine.facts))
         if millm is not None:
             body["millm"] = millm
@@ -82,16 +83,21 @@ class ScoringService:
 
     def _scored(
         self, accepted: Accepted, prepared: Prepared, ask: ScoringAsk
-    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, int]:
         """Blocking, in the engine's thread: score every prompt and shape its choice; the
-        `millm` object of a reading request (its one prompt's pass, unsteered)."""
+        `millm` object of a reading request (its one prompt's pass, unsteered); the prompt
+        tokens the KV held (`usage.prompt_tokens_details.cached_tokens`)."""
         r, engine, reading = accepted.request, prepared.engine, accepted.reading
         if not isinstance(engine, Scorer):  # the field matrix refused scoring already
             raise FieldNotHonoured("logprobs", f"by the {engine.facts.engine} engine")
-        query = ask.query(r.endpoint, r.scoring_temperature)
+        query = replace(
+            ask.query(r.endpoint, r.scoring_temperature),
+            reuse=self._settings.scoring_cache,
+        )
         reply = ScoringReply(r.endpoint, ask, engine.token_text)
         choices = []
         millm = None
+        cached = 0
         for i, (prompt, ids) in enumerate(zip(r.prompts, prepared.prompt_ids, strict=True)):
             # the pass runs no steering hook: read ahead of any hook on the layer, `unsteered`
             capture = None if reading is None else Capture(reading.layer, pre_steering=True)
@@ -100,7 +106,8 @@ class ScoringService:
                 body = read(reading, capture.rows, ids, len(ids), read_point="unsteered")
                 millm = {"sae_activations": body}
             choices.append(reply.choice(i, result, prompt_text(engine, prompt), ids))
-        return choices, millm
+            cached += result.cached_tokens
+        return choices, millm, cached
 
 
 def _pass(

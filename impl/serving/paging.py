@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...errors import InvalidParameter
+from ..errors import InvalidParameter
 
 
 def page(
