@@ -90,8 +90,9 @@ def top(reply: dict[str, Any]) -> dict[str, float]:
 
 
 # a restored prefix against a cold prefill: float rounding on transformers; llama.cpp's
-# batch-shape noise on Q4_1 (tests/integration/test_prompt_cache_llamacpp.py: up to ~0.19)
-COLD_TOLERANCE = {GGUF_ID: 0.3, MODEL_ID: 1e-3}
+# batch-shape noise on Q4_1 (tools/bench/scoring_cache.py: 0.07 nats at the median of a
+# 16-shot run's top tokens, 0.41 at most)
+COLD_TOLERANCE = {GGUF_ID: 0.5, MODEL_ID: 1e-3}
 
 
 @pytest.mark.parametrize("model", [GGUF_ID, MODEL_ID])
