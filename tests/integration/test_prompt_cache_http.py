@@ -17,6 +17,7 @@ from miserver.app import Server
 from miserver.settings import Settings
 from tests.conftest import GGUF_ID, MODEL_ID, LocalClient, cache_dir
 from tests.local_api import load
+from tools.bench.scoring_cache import context
 
 pytestmark = pytest.mark.model
 
@@ -64,17 +65,7 @@ def test_a_chat_is_restored_after_twenty_others(client: TestClient) -> None:
     assert 0 < stats["bytes"] <= stats["budget_bytes"]
 
 
-FEW_SHOT = "".join(
-    f"Q: What is the capital of {country}?\nA: {capital}\n\n"
-    for country, capital in [
-        ("France", "Paris"),
-        ("Japan", "Tokyo"),
-        ("Kenya", "Nairobi"),
-        ("Peru", "Lima"),
-        ("Canada", "Ottawa"),
-        ("Egypt", "Cairo"),
-    ]
-)
+FEW_SHOT = context(6)  # the benchmark's few-shot context: six question-answer pairs
 
 
 def score(client: TestClient, model: str, prompt: str) -> dict[str, Any]:
