@@ -761,6 +761,117 @@ class IncompleteDetails(BaseModel):
     reason: str | None = None
 
 
+class CreateBatchRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    input_file_id: Annotated[str, Field(min_length=1)]
+    endpoint: Literal[
+        "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"
+    ]
+    completion_window: Literal["24h"]
+    metadata: Annotated[
+        dict[str, str] | None,
+        Field(
+            description="Up to 16 pairs; keys of at most 64 characters, values of at most 512.",
+            max_length=16,
+        ),
+    ] = None
+
+
+class Datum(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    code: str | None = None
+    message: str | None = None
+    param: str | None = None
+    line: int | None = None
+
+
+class Errors(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"] | None = None
+    data: list[Datum] | None = None
+
+
+class RequestCounts(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    total: Annotated[int, Field(ge=0)]
+    completed: Annotated[int, Field(ge=0)]
+    failed: Annotated[int, Field(ge=0)]
+
+
+class InputTokensDetails1(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    cached_tokens: Annotated[int, Field(ge=0)]
+
+
+class Usage2(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens_details: InputTokensDetails1
+    output_tokens: Annotated[int, Field(ge=0)]
+    output_tokens_details: OutputTokensDetails
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class BatchObject(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    object: Literal["batch"]
+    endpoint: str
+    model: str | None = None
+    errors: Errors | None = None
+    input_file_id: str
+    completion_window: str
+    status: Literal[
+        "validating",
+        "failed",
+        "in_progress",
+        "finalizing",
+        "completed",
+        "expired",
+        "cancelling",
+        "cancelled",
+    ]
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    created_at: int
+    expires_at: int | None = None
+    in_progress_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    request_counts: RequestCounts
+    metadata: dict[str, str] | None = None
+    usage: Usage2 | None = None
+
+
+class BatchList(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    object: Literal["list"]
+    data: list[BatchObject]
+    has_more: bool
+    first_id: Annotated[str | None, Field(...)]
+    last_id: Annotated[str | None, Field(...)]
+
+
 class FileObject(BaseModel):
     model_config = ConfigDict(
         extra="allow",

@@ -13,7 +13,7 @@ Server (ASGI)             lifespan: load the launch model, close at exit
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -31,6 +31,7 @@ from .access import AccessPolicy, access_policy
 from .contract import document as contract_document
 from .errors import ApiError, fault, internal_error
 from .events import EventBus, LogEvents
+from .http import inprocess
 from .http.aliases import RootAliases, root_paths
 from .http.anthropic import AnthropicConventions
 from .http.documents import add_document, document
@@ -56,6 +57,9 @@ from .models.manager import ModelManager
 from .models.registry import ModelRegistry, embedded_default
 from .planner.service import Planner
 from .probes.admin import ProbeAdmin
+from .serving.batches.lines import Answer
+from .serving.batches.runner import BatchRunner
+from .serving.batches.service import BatchService
 from .serving.completions.service import CompletionService
 from .serving.embeddings import EmbeddingService
 from .serving.files import FileService
@@ -69,6 +73,7 @@ from .steering.circuit_admin import CircuitAdmin
 from .steering.dial import Bounds
 from .steering.live import LiveSteering
 from .steering.sae import SAERegistry
+from .store.batches import BatchStore
 from .store.circuits import CircuitStore
 from .store.database import Database
 from .store.files import FileStore
@@ -96,6 +101,7 @@ class ServerState:
     completions: CompletionService
     responses: ResponsesService
     files: FileService
+    batches: BatchService
     messages: MessagesService
     steering: LiveSteering
     admin: SteeringAdmin
@@ -152,6 +158,20 @@ def _http_error(request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
 def _server_fault(_request: ConnexionRequest, exc: Exception) -> ConnexionResponse:
     log.error("unhandled error", exc_info=exc)
     return _respond(fault(exc))  # a device out of memory is insufficient_memory (OAI-ERR-28)
+
+
+def _model_refusal(manager: ModelManager) -> Callable[[str], ApiError | None]:
+    """What a Batch API line naming `model` gets at validation: the refusal the route gives a
+    name this server does not serve by (OAI-GGUF-08), or None."""
+
+    def refusal(model: str) -> ApiError | None:
+        try:
+            manager.entry(model)
+        except ApiError as exc:
+            return exc
+        return None
+
+    return refusal
 
 
 def _registry(settings: Settings) -> tuple[ModelRegistry, str | None]:
@@ -328,6 +348,18 @@ class Server:
             ),
             root_paths(contract_document("v1")),
         )
+        batches = self.state.batches
+        batches.runner = BatchRunner(
+            batches.store,
+            self.state.files.store,
+            self._in_process,
+            lambda: self.state.scheduler.rows,
+            batches.announce,
+        )
+
+    async def _in_process(self, path: str, body: bytes) -> Answer:
+        """A Batch API line, posted to its route through this whole server (batches/runner)."""
+        return await inprocess.post(self, path, body, key=self.policy.key)
 
     def _services(self, registry: ModelRegistry, flags: Mapping[str, Any] | None) -> ServerState:
         """Every service the handlers reach, wired to one manager and one scheduler.
@@ -368,6 +400,9 @@ class Server:
         admin = SteeringAdmin(live, manager)
         catalog = Catalog(shipped(settings.catalog_file), settings.data_dir / "added-models.json")
         tokenizer = TokenizerService(settings, manager, scheduler, defaults=config.request_defaults)
+        files = FileService(
+            FileStore(self._db, settings.data_dir / "files", settings.files_max_bytes)
+        )
         return ServerState(
             settings=settings,
             manager=manager,
@@ -376,9 +411,8 @@ class Server:
             responses=ResponsesService(
                 service, ResponseStore(self._db, limit=settings.responses_max_stored), manager
             ),
-            files=FileService(
-                FileStore(self._db, settings.data_dir / "files", settings.files_max_bytes)
-            ),
+            files=files,
+            batches=BatchService(BatchStore(self._db), files, _model_refusal(manager), bus),
             steering=live,
             admin=admin,
             circuits=CircuitAdmin(live, admin),
@@ -418,6 +452,8 @@ class Server:
                 await self.state.planner.plan_for_load(entry)
             async with self.state.scheduler.hold():
                 await self.state.manager.ensure(entry)
+        if self.state.batches.runner is not None:
+            self.state.batches.runner.start()  # kept batches go on where they stopped
 
     def shutdown(self) -> None:
         logging.getLogger("miserver").removeHandler(self._log_events)
@@ -449,6 +485,8 @@ class Server:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.state.batches.runner is not None:
+                    await self.state.batches.runner.stop()
                 await self.state.downloads.close()
                 self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})

@@ -5,7 +5,8 @@ the shared cache, as the server does; its name follows the GGUF's fingerprint,
 so a new GGUF converts again instead of leaving the tests without a model. The
 test templates (tests/data/templates) each become a folder of their own: the
 weights symlinked, only `chat_template.jinja` differing. `write_gguf` writes a
-header-only GGUF (no tensors) for the tests of what a listing reads from one.
+header-only GGUF (no tensors) for the tests of what a listing reads from one;
+`header_only_gguf` one of a given quantization, listed and never loadable.
 """
 
 from __future__ import annotations
@@ -106,3 +107,14 @@ def write_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def header_only_gguf(path: Path, file_type: int) -> None:
+    """A GGUF with a valid header and no tensors: listed by its header, unloadable."""
+    writer = gguf_lib.GGUFWriter(str(path), "llama")
+    writer.add_file_type(file_type)
+    writer.add_context_length(2048)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -22,7 +22,7 @@ class Rows(Protocol[R_contra]):
     capacity: int
     window: int
 
-    def step(self, rows: Sequence[R_contra]) -> None: ...
+    def step(self, rows: Sequence[R_contra], *, decode: bool = True) -> None: ...
 
     def leave(self, row: R_contra) -> None: ...
 
@@ -86,8 +86,8 @@ class RowsBatchBase(Generic[T, R]):
     def window(self) -> int:
         return self._rows.window
 
-    def step(self, rows: Sequence[BatchRow]) -> None:
-        self._rows.step([self._own(row) for row in rows])
+    def step(self, rows: Sequence[BatchRow], *, decode: bool = True) -> None:
+        self._rows.step([self._own(row) for row in rows], decode=decode)
 
     def leave(self, row: BatchRow) -> None:
         self._rows.leave(self._own(row))

@@ -38,11 +38,12 @@ class FileService:
             )
         return self.store.add(filename.strip(), purpose, content)
 
-    def found(self, file_id: str) -> StoredFile:
+    def found(self, file_id: str, *, param: str = "file_id") -> StoredFile:
+        """The file; 404 naming `param` when no file has this id."""
         try:
             return self.store.get(file_id)
         except FileNotFound:
-            raise ApiError("not_found", f"No file has the id `{file_id}`.", "file_id") from None
+            raise ApiError("not_found", f"No file has the id `{file_id}`.", param) from None
 
     def content(self, file_id: str) -> bytes:
         self.found(file_id)

@@ -10,6 +10,17 @@ it, so an exclusive request is never starved by a stream of rows. Past
 waiter that gives up (client gone) leaves the queue at once; a holder gives
 the slot back when its work has really stopped.
 
+Batch API lines (serving/batches) ask in the background (`in_background`): a
+background request waits behind every interactive one, is never refused for a
+full queue (its runner bounds how many wait) and is not stopped by `POST
+/api/cancel`. It may take every row, but it is preempted: an interactive
+request that finds no row halts the background row granted last (the least
+work lost; a request needing the slot alone halts them all), which ends with
+`503 model_busy` at its next token and gives its row over; its runner sees the
+mark on its `Background` and asks again, behind the interactive request. So
+an interactive request arriving while a batch runs waits one decode step for
+a row, not a whole line (docs/DECISIONS.md, "Contract 0.31.0").
+
 Holding it is one `async with`: `scheduler.hold()` for work on whatever is
 resident (a decision, a load, an unload), `holding(manager, scheduler, entry,
 ...)` for work that needs one model resident (a completion, scoring,
@@ -25,12 +36,36 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..engines.base import Engine
 from ..errors import ApiError
 from ..models.manager import ModelManager
 from ..models.registry import ModelEntry
+
+
+@dataclass(eq=False, slots=True)
+class Background:
+    """A background request's mark: how many times its row was taken back."""
+
+    preempted: int = 0
+
+
+_background: ContextVar[Background | None] = ContextVar("miserver_background", default=None)
+
+
+@contextmanager
+def in_background() -> Iterator[Background]:
+    """Every place in line taken while the block runs (in this task and the tasks it starts)
+    is a background one (a Batch API line's), marked on the `Background` yielded when
+    preempted."""
+    mark = Background()
+    token = _background.set(mark)
+    try:
+        yield mark
+    finally:
+        _background.reset(token)
 
 
 @dataclass(eq=False, slots=True)
@@ -41,7 +76,9 @@ class Ticket:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     shared: bool = False  # a row of the batch, beside other rows
+    background: Background | None = None  # a Batch API line's: after interactive requests
     released: bool = False
+    order: int = 0  # when it was granted (the background row granted last is preempted)
     halt: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -53,12 +90,14 @@ class Scheduler:
         self._max_waiting = max_waiting
         self._retry_after = retry_after
         self._holders: set[Ticket] = set()
-        self._waiting: deque[Ticket] = deque()
+        self._waiting: deque[Ticket] = deque()  # interactive requests, in arrival order
+        self._behind: deque[Ticket] = deque()  # background ones, in arrival order
         self._rows = rows  # the resident engine's batch rows, asked at each grant
+        self._granted = 0
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._behind)
 
     @property
     def busy(self) -> bool:
@@ -90,26 +129,46 @@ class Scheduler:
 
         `front` puts a model switch ahead of the waiters: they would need the
         old model, which is about to go. `shared` asks for a row of the batch.
+        A place taken `in_background` waits behind every interactive one.
         """
-        ticket = Ticket(shared=shared)
-        if (front or not self._waiting) and self._may_hold(ticket):
+        ticket = Ticket(shared=shared, background=_background.get())
+        line = self._waiting if ticket.background is None else self._behind
+        ahead = bool(self._waiting) or (ticket.background is not None and bool(self._behind))
+        if ticket.background is None and not self._may_hold(ticket):
+            self._preempt(ticket)
+        if (front or not ahead) and self._may_hold(ticket):
             self._grant(ticket)
             return ticket
-        refused = self.refusal()
+        refused = None if ticket.background else self.refusal()
         if refused is not None:
             raise refused
         if front:
-            self._waiting.appendleft(ticket)
+            line.appendleft(ticket)
         else:
-            self._waiting.append(ticket)
+            line.append(ticket)
         return ticket
+
+    def _preempt(self, waiter: Ticket) -> None:
+        """Halt background work for an interactive `waiter` that cannot hold: the background
+        row granted last (the least work lost), whose row the waiter may take at once (the
+        batch drops a halted row before it admits one); every background holder for a
+        waiter that needs the slot alone, which waits for them to leave."""
+        running = [h for h in self._holders if h.background is not None and not h.halt.is_set()]
+        chosen = running if not waiter.shared else sorted(running, key=lambda h: -h.order)[:1]
+        for holder in chosen:
+            assert holder.background is not None
+            holder.background.preempted += 1
+            holder.halt.set()
 
     def _may_hold(self, ticket: Ticket) -> bool:
         if not ticket.shared:
             return not self._holders
-        return len(self._holders) < self.rows and all(h.shared for h in self._holders)
+        halted = sum(1 for h in self._holders if h.background is not None and h.halt.is_set())
+        return len(self._holders) - halted < self.rows and all(h.shared for h in self._holders)
 
     def _grant(self, ticket: Ticket) -> None:
+        self._granted += 1
+        ticket.order = self._granted
         self._holders.add(ticket)
         ticket.granted.set_result(None)
 
@@ -126,11 +185,12 @@ class Scheduler:
             holder.halt.set()
 
     def cancel_holder(self) -> bool:
-        """`POST /api/cancel`: ask the work holding the slot (every row) to stop; False if
-        none holds it."""
-        for holder in self._holders:
+        """`POST /api/cancel`: ask the interactive work holding the slot (every row) to stop;
+        False if none holds it. A Batch API line is cancelled with its batch."""
+        interactive = [holder for holder in self._holders if holder.background is None]
+        for holder in interactive:
             holder.cancel.set()
-        return bool(self._holders)
+        return bool(interactive)
 
     @asynccontextmanager
     async def hold(self, *, front: bool = False) -> AsyncIterator[Ticket]:
@@ -151,21 +211,25 @@ class Scheduler:
         if ticket in self._holders:
             self._holders.discard(ticket)
             self._grant_next()
-        elif ticket in self._waiting:
-            self._waiting.remove(ticket)
+        else:
+            for line in (self._waiting, self._behind):
+                if ticket in line:
+                    line.remove(ticket)
             self._grant_next()  # an exclusive waiter that left may have held rows back
 
     def _grant_next(self) -> None:
-        """Let in the waiters at the head of the line that may hold now, in order."""
-        while self._waiting:
-            ticket = self._waiting[0]
-            if ticket.granted.done():  # cancelled while waiting
-                self._waiting.popleft()
-                continue
-            if not self._may_hold(ticket):
-                return
-            self._waiting.popleft()
-            self._grant(ticket)
+        """Let in the waiters at the head of the line that may hold now, in order: the
+        interactive ones, then (none waiting) the background ones."""
+        for line in (self._waiting, self._behind):
+            while line:
+                ticket = line[0]
+                if ticket.granted.done():  # cancelled while waiting
+                    line.popleft()
+                    continue
+                if not self._may_hold(ticket):
+                    return
+                line.popleft()
+                self._grant(ticket)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,36 @@ MIGRATIONS: Sequence[str] = (
         created  INTEGER NOT NULL
     );
     """,
+    """
+    CREATE TABLE batches (
+        seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+        id                TEXT NOT NULL UNIQUE,
+        endpoint          TEXT NOT NULL,
+        input_file_id     TEXT NOT NULL,
+        completion_window TEXT NOT NULL,
+        metadata          TEXT,
+        model             TEXT,
+        status            TEXT NOT NULL,
+        created           INTEGER NOT NULL,
+        stamps            TEXT NOT NULL,
+        output_file_id    TEXT,
+        error_file_id     TEXT,
+        errors            TEXT
+    );
+    CREATE TABLE batch_lines (
+        batch_id      TEXT NOT NULL REFERENCES batches(id) ON DELETE CASCADE,
+        line          INTEGER NOT NULL,
+        custom_id     TEXT,
+        request       TEXT,
+        result        TEXT,
+        failed        INTEGER NOT NULL DEFAULT 0,
+        input_tokens  INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_tokens INTEGER NOT NULL DEFAULT 0,
+        reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (batch_id, line)
+    );
+    """,
 )
 
 

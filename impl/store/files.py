@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,14 @@ class StoredFile:
         }
 
 
+def insert(db: sqlite3.Connection, stored: StoredFile) -> None:
+    """`stored`'s row, in the caller's transaction (its bytes are on disk already)."""
+    db.execute(
+        "INSERT INTO files (id, filename, purpose, bytes, created) VALUES (?, ?, ?, ?, ?)",
+        (stored.id, stored.filename, stored.purpose, stored.bytes, stored.created),
+    )
+
+
 class FileStore:
     def __init__(self, database: Database, folder: Path, limit: int) -> None:
         self._db = database
@@ -65,11 +74,15 @@ class FileStore:
         )
         self._write(stored.id, content)
         with self._db.transaction() as db:
-            db.execute(
-                "INSERT INTO files (id, filename, purpose, bytes, created) VALUES (?, ?, ?, ?, ?)",
-                (stored.id, stored.filename, stored.purpose, stored.bytes, stored.created),
-            )
+            insert(db, stored)
         return stored
+
+    def written(self, file_id: str, filename: str, purpose: str, content: bytes) -> StoredFile:
+        """`content` on disk as `file_id` (replacing what an earlier try left there), its row
+        not yet kept: the caller `insert`s it in the transaction that refers to it (a batch's
+        output, made under an id its batch fixes, so a retry after a crash writes the same)."""
+        self._write(file_id, content)
+        return StoredFile(file_id, filename, purpose, len(content), int(time.time()))
 
     def get(self, file_id: str) -> StoredFile:
         with self._db.transaction() as db:

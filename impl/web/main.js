@@ -6,10 +6,11 @@
 // This module is the wiring: every listener on the page's own elements and on
 // /api/events is registered here, and nothing else runs when a module loads. The
 // modules, by view: api.js (the API, the key, events), dom.js, markdown.js, chat.js
-// (with turn.js and heatmap.js), header.js, models.js, steering.js, settings.js; the
-// one mutable state is state.js's.
+// (with turn.js and heatmap.js), header.js, models.js and batches.js, steering.js,
+// settings.js; the one mutable state is state.js's.
 
 import { followEvents, keyEntered, on } from "./api.js";
+import * as batches from "./batches.js";
 import * as chat from "./chat.js";
 import { $, showError } from "./dom.js";
 import * as header from "./header.js";
@@ -19,7 +20,7 @@ import * as steering from "./steering.js";
 
 // What each view fetches when it is shown; the chat view keeps what it has.
 const VIEWS = {
-  "models-view": models.show,
+  "models-view": () => Promise.all([models.show(), batches.show()]),
   "steering-view": steering.show,
   "settings-view": settings.show,
 };
@@ -62,6 +63,7 @@ on("token", header.onToken);
 on("config", settings.showConfig);
 on("plan_progress", settings.onPlanProgress);
 on("download", models.onDownload);
+on("batch_job", batches.onBatchJob);
 
 header.listModels().catch(showError);
 followEvents();

@@ -20,6 +20,9 @@ export const state = {
   models: {
     downloads: {}, // the last `download` event of each catalog entry
   },
+  batches: {
+    byId: {}, // each batch's object: GET /v1/batches, then its `batch_job` events
+  },
   steering: {
     pending: {}, // features added in the page, not yet given a strength: by attachment
   },

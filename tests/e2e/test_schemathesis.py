@@ -117,7 +117,7 @@ def _without_input(document: Path) -> list[str]:
     ]
 
 
-# Any string is a model id, and any a response or file id: a path parameter has no negative
+# Any string is a model id, and any a response, file or batch id: a path parameter has no negative
 # value to generate, and these operations take nothing else.
 ONLY_AN_ID = [
     "DELETE /responses/{response_id}",
@@ -125,6 +125,8 @@ ONLY_AN_ID = [
     "GET /files/{file_id}",
     "DELETE /files/{file_id}",
     "GET /files/{file_id}/content",
+    "GET /batches/{batch_id}",
+    "POST /batches/{batch_id}/cancel",
 ]
 negative_schema = negative_schema.exclude(path="/models/{model_id}").exclude(
     name=[*_without_input(SPEC), *ONLY_AN_ID]

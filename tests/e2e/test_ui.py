@@ -368,6 +368,48 @@ def test_a_model_switch(page: Page, ui_server: LiveServer) -> None:
     assert page.csp_violations() == []
 
 
+def test_batch_jobs_show_their_progress_and_cancel(page: Page, ui_server: LiveServer) -> None:
+    """Issue 50 item 4: the Models view lists the Batch API's batches; a running batch's
+    line follows its `batch_job` events (lines done out of its total) and its Cancel
+    button cancels it: the line then shows it `cancelled`, as the API does."""
+    model = _api(ui_server, "GET", "/v1/models")["data"][0]["id"]
+    lines = "".join(
+        json.dumps(
+            {
+                "custom_id": f"ui-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": model,
+                    "messages": [{"role": "user", "content": f"Tell a story, {i}."}],
+                    "max_tokens": 48,
+                    "ignore_eos": True,
+                },
+            }
+        )
+        + "\n"
+        for i in range(40)
+    )
+    upload = {"purpose": "batch", "filename": "ui.jsonl", "content": lines}
+    file_id = _api(ui_server, "POST", "/v1/files", json=upload)["id"]
+    page.open_with_key()
+    page.page.click("nav.views button[data-view=models-view]")
+    made = {
+        "input_file_id": file_id,
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+    }
+    batch = _api(ui_server, "POST", "/v1/batches", json=made)
+    item = page.page.locator(f"#batches li[data-id={batch['id']}]")
+    item.locator("progress[value]:not([value='0'])").wait_for(timeout=120_000)  # events came
+    item.locator("button.cancel-batch").click()
+    page.page.locator(f"#batches li[data-id={batch['id']}][data-status=cancelled]").wait_for(
+        timeout=120_000
+    )
+    assert _api(ui_server, "GET", f"/v1/batches/{batch['id']}")["status"] == "cancelled"
+    assert page.csp_violations() == []
+
+
 def test_a_settings_change(page: Page, ui_server: LiveServer) -> None:
     """LOC-PARAMS-22, LOC-PARAMS-23: the settings form comes from /api/params and
     /api/config; a value changed in it is PUT to /api/config; `typical` is shown as the

@@ -16,19 +16,9 @@ from miserver.app import Server
 from miserver.engines.transformers.conversion import cached_hf_folder
 from miserver.settings import Settings
 from tests.conftest import ENGINE_THREADS, GGUF_ID, LOCAL_URL, MODEL_ID, LocalClient, cache_dir
+from tests.models import header_only_gguf
 
 USER = [{"role": "user", "content": "Hi"}]
-
-
-def header_only_gguf(path: Path, file_type: int) -> None:
-    """A GGUF with a valid header and no tensors: listed by its header, unloadable."""
-    writer = gguf_lib.GGUFWriter(str(path), "llama")
-    writer.add_file_type(file_type)
-    writer.add_context_length(2048)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def hf_clone(source: Path, target: Path, **config_changes: Any) -> Path:

@@ -285,3 +285,29 @@ def test_a_row_that_leaves_while_prefilling_keeps_what_ran(chunked: LlamaCppEngi
     made = [t.token_id for t in stepped(batch, [again])[0]]
     batch_alone = drive(chunked, [ask])[0]
     assert made == batch_alone
+
+
+def test_a_prefill_step_runs_a_joining_prompt_whole_and_decodes_no_row(
+    chunked: LlamaCppEngine,
+) -> None:
+    """Issue 50 (an interactive request's prompt while only Batch API rows decode):
+    `step(decode=False)` feeds no ready row (its tokens stay as they were) and prefills a
+    joining prompt whole, chunk or not; the rows then decode on, each giving the tokens it
+    gives alone."""
+    batch = chunked.batch
+    assert batch is not None
+    first, second = (prompt(chunked, "a cat"), greedy(12)), (notes(chunked, "a harbour"), greedy(6))
+    [running] = batch.join_all([Joiner(*first, None)])
+    made = [running.last.token_id]
+    [joining] = batch.join_all([Joiner(*second, None)])
+    assert not joining.ready and len(second[0]) - joining.cached > 8
+    held = len(running.held)  # type: ignore[attr-defined]
+    batch.step([running, joining], decode=False)
+    assert joining.ready and running.last.token_id == made[-1]
+    assert len(running.held) == held  # type: ignore[attr-defined]
+    rest = stepped(batch, [running, joining])
+    alone = [drive(chunked, [ask])[0] for ask in (first, second)]
+    assert [*made, *[t.token_id for t in rest[0][1:]]][: len(alone[0])] == alone[0]
+    assert [t.token_id for t in rest[1]] == alone[1]
+    batch.leave(running)
+    batch.leave(joining)

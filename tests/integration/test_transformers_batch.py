@@ -243,3 +243,33 @@ def test_a_steered_prompt_joining_busy_rows_is_prefilled_a_chunk_a_step(
         assert made == [alone(engine, ids), alone(engine, ids, source)]
     finally:
         rows.chunk = before
+
+
+def test_a_prefill_step_runs_a_joining_prompt_whole_and_decodes_no_row(
+    engine: TransformersEngine, batch: RowsBatch
+) -> None:
+    """Issue 50: `step(decode=False)` feeds no ready row and prefills a joining prompt whole;
+    both rows then give the tokens they give alone."""
+    first, second = prompt(engine, TOPICS[0]), prompt(engine, TOPICS[1])
+    running = batch.join(Joiner(first, GREEDY, None))
+    made = [running.last.token_id]
+    batch.step([running])
+    made.append(running.last.token_id)
+    joining = batch.join(Joiner(second, GREEDY, None))
+    assert not joining.ready
+    batch.step([running, joining], decode=False)
+    assert joining.ready and running.last.token_id == made[-1]
+    tokens = [[], [joining.last.token_id]]
+    while running.open or joining.open:
+        for row, got in zip((running, joining), tokens, strict=True):
+            if row.open and (row.last.eos or len(got) + (row is running) * 2 >= row.budget):
+                batch.leave(row)
+        live = [r for r in (running, joining) if r.open]
+        if not live:
+            break
+        batch.step(live)
+        for row, got in zip((running, joining), tokens, strict=True):
+            if row in live:
+                got.append(row.last.token_id)
+    assert [*made, *tokens[0]][:8] == alone(engine, first)[:8]
+    assert tokens[1][:8] == alone(engine, second)[:8]

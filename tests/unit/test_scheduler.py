@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from miserver.errors import ApiError
-from miserver.serving.scheduler import Scheduler, Ticket
+from miserver.serving.scheduler import Scheduler, Ticket, in_background
 
 
 def test_waiters_are_served_in_arrival_order() -> None:
@@ -137,5 +137,65 @@ def test_cancel_and_halt_reach_every_row() -> None:
         assert scheduler.cancel_holder()
         scheduler.halt_holder()
         assert all(r.cancel.is_set() and r.halt.is_set() for r in rows)
+
+    asyncio.run(scenario())
+
+
+def test_background_lines_wait_behind_interactive_requests_and_are_preempted() -> None:
+    """Issue 50 item 3 (contract 0.31.0): a Batch API line asks in the background. Lines may
+    take every row and wait behind every interactive waiter; they are never refused for a
+    full queue, and `POST /api/cancel` leaves them alone. An interactive row request that
+    finds no row halts the line granted last (marked preempted) and takes its place at
+    once; when no line is left to halt, it waits, and gets the next row before any line."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(max_waiting=1, retry_after=1, rows=lambda: 2)
+        marks = []
+        lines = []
+        for _ in range(3):
+            with in_background() as mark:
+                lines.append(scheduler.enter(shared=True))
+            marks.append(mark)
+        assert [t.granted.done() for t in lines] == [True, True, False]
+        assert scheduler.refusal() is None and not any(t.halt.is_set() for t in lines)
+        first = scheduler.enter(shared=True)  # no row: the line granted last is halted
+        assert first.granted.done() and first.background is None
+        assert [t.halt.is_set() for t in lines] == [False, True, False]
+        assert [m.preempted for m in marks] == [0, 1, 0]
+        second = scheduler.enter(shared=True)  # the other line halted too
+        assert second.granted.done() and lines[0].halt.is_set()
+        third = scheduler.enter(shared=True)  # nothing left to halt: it waits
+        assert not third.granted.done()
+        with pytest.raises(ApiError):
+            scheduler.enter(shared=True)  # the interactive queue (1) is full
+        scheduler.leave(lines[0])
+        scheduler.leave(lines[1])
+        assert not third.granted.done() and not lines[2].granted.done()
+        assert scheduler.cancel_holder() and first.cancel.is_set()
+        assert not any(t.cancel.is_set() for t in lines)
+        scheduler.leave(first)
+        assert third.granted.done() and not lines[2].granted.done()
+        scheduler.leave(second)
+        assert lines[2].granted.done()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_needing_the_slot_alone_halts_every_background_row() -> None:
+    """Issue 50: with one row (the serial path), or for a request that needs the slot alone,
+    every background holder is halted; the interactive request is let in first."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(max_waiting=4, retry_after=1)
+        with in_background() as mark:
+            line = scheduler.enter()
+            later = scheduler.enter()
+        assert line.granted.done() and not later.granted.done()
+        interactive = scheduler.enter()
+        assert line.halt.is_set() and mark.preempted == 1 and not later.halt.is_set()
+        scheduler.leave(line)
+        assert interactive.granted.done() and not later.granted.done()
+        scheduler.leave(interactive)
+        assert later.granted.done()
 
     asyncio.run(scenario())

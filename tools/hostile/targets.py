@@ -157,6 +157,7 @@ _RESPONSE_STREAM: dict[str, Any] = {
 }
 RESPONSE = "/v1/responses/resp_hostile"  # never stored
 FILE = "/v1/files/file-hostile"  # never kept: an upload's id is `file-` and 24 hex digits
+BATCH = "/v1/batches/batch_hostile"  # never made: a batch's id is `batch_` and 24 hex digits
 _MESSAGE: dict[str, Any] = {
     "model": MODEL,
     "system": "Answer in one word.",
@@ -204,6 +205,19 @@ TARGETS: dict[str, tuple[str, str, Any]] = {
     "file": ("GET", FILE, None),
     "file-content": ("GET", f"{FILE}/content", None),
     "file-delete": ("DELETE", FILE, None),
+    "batch-create": (
+        "POST",
+        "/v1/batches",
+        {
+            "input_file_id": "file-hostile",
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+            "metadata": {"run": "hostile"},
+        },
+    ),
+    "batches": ("GET", "/v1/batches", None),
+    "batch": ("GET", BATCH, None),
+    "batch-cancel": ("POST", f"{BATCH}/cancel", None),
     "messages": ("POST", "/v1/messages", _MESSAGE),
     "messages-stream": ("POST", "/v1/messages", _MESSAGE_STREAM),
     "messages-count": ("POST", "/v1/messages/count_tokens", _MESSAGE_COUNT),

@@ -243,14 +243,14 @@ class Rows:
             observer=Observer.of(Hooks(monitor=joiner.monitor)),
         )
 
-    def step(self, rows: Sequence[Row]) -> None:
+    def step(self, rows: Sequence[Row], *, decode: bool = True) -> None:
         """Feed each ready row's newest token, in one decode, and pick each one's next
         (`row.last`); then prefill the rows not ready, in `rows`' order: `chunk` tokens
         when a row decoded, else every one's whole prompt. A row whose prompt ends in this
-        step gets its first token and is ready."""
+        step gets its first token and is ready. `decode` False: no row decodes."""
         self._check_open()
         self._compact()
-        ready = sorted((r for r in rows if r.ready), key=lambda r: r.seq)  # one micro-batch
+        ready = sorted((r for r in rows if r.ready and decode), key=lambda r: r.seq)
         waiting = [r for r in rows if not r.ready]
         for group in self._groups(ready):  # one decode for rows steered alike
             batch = self._batch

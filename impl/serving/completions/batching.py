@@ -182,6 +182,8 @@ class Batcher:
         for member in joining:
             if member.cancel.is_set():  # the client left before its turn
                 member.end(ChoiceEnd("cancelled", 0, 0))
+            elif _halted(member):  # preempted (scheduler.py) before its turn
+                member.end(ChoiceEnd("halted", 0, 0))
             else:
                 live.append(member)
         if not live:
@@ -211,11 +213,15 @@ class Batcher:
         if not self._rows:
             return
         started = time.perf_counter()
-        self.batch.step([m.row for m in self._rows if m.row is not None])
+        decode = not self._yielding()
+        sat_out = set() if decode else {id(m) for m in self._rows if m.row and m.row.ready}
+        self.batch.step([m.row for m in self._rows if m.row is not None], decode=decode)
         elapsed = time.perf_counter() - started
         made = 0
         for member in self._rows:
             assert member.row is not None
+            if id(member) in sat_out:  # a background row that let an interactive one in
+                continue
             if member.row.ready:  # a token this step: its next, or the first its prefill ended
                 self._take(member, elapsed + member.waited)
                 member.waited, made = 0.0, made + 1
@@ -226,11 +232,30 @@ class Batcher:
             self._ended, self._ended_at = len(self._rows), time.monotonic()
         self._rows = [m for m in self._rows if not m.ended]
 
+    def _yielding(self) -> bool:
+        """Whether this step only prefills: an interactive request's prompt waits while only
+        Batch API rows decode, so it is run whole and alone, as on an idle server (its first
+        token is not held behind their steps; they wait one step)."""
+        rows = [m.row for m in self._rows]
+        decoding = [m for m, row in zip(self._rows, rows, strict=True) if row and row.ready]
+        return (
+            bool(decoding)
+            and all(m.job.background for m in decoding)
+            and any(
+                row is not None and not row.ready and not m.job.background
+                for m, row in zip(self._rows, rows, strict=True)
+            )
+        )
+
     def _drop_cancelled(self) -> None:
-        """Rows whose client left (or was cancelled) leave now, freeing their sequences."""
+        """Rows whose client left (or was cancelled) leave now, freeing their sequences, and
+        halted ones (a background row preempted for an interactive request that may already
+        hold its place, scheduler.py; a model switch) too."""
         for member in self._rows:
             if member.cancel.is_set():
                 self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
+            elif _halted(member):
+                self._leave(member, ChoiceEnd("halted", member.text.count, member.text.cached))
         self._rows = [m for m in self._rows if not m.ended]
 
     def _joined(self, member: _Member, row: BatchRow | Exception, started: float) -> None:
@@ -274,6 +299,10 @@ class Batcher:
                 finally:
                     member.end(ChoiceFailed(exc))
         self._rows = []
+
+
+def _halted(member: _Member) -> bool:
+    return member.job.halted is not None and member.job.halted.is_set()
 
 
 class Choices:

@@ -79,6 +79,7 @@ class ChoiceJob:
     stop_strings: Sequence[str]
     rng: Rng | None
     halted: threading.Event | None = None  # a model switch: end at the next token, "halted"
+    background: bool = False  # a Batch API line's (serving/scheduler.py): it yields to others
     hooks: Hooks = NO_HOOKS  # steering, probes' monitor, a capture (a reading: serial only)
     keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
     cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token

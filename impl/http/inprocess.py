@@ -1,0 +1,81 @@
+"""A request to this server made in process, through its whole ASGI stack (Batch API lines).
+
+`post` sends one JSON body to a path as a loopback HTTP client would, through
+every middleware a socket request passes (the security checks, the strict body
+reader, the request id, Connexion's validation), and collects the answer:
+status, headers and body. So a Batch API line gets exactly the answer, headers
+and refusals an HTTP client would get for the same body (REQ-000 open point 2).
+Once the body is read, the client never leaves: `receive` answers
+`http.disconnect` only after the response is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.types import ASGIApp, Message
+
+from ..serving.batches.lines import Answer
+
+HOST = b"127.0.0.1"
+
+
+async def post(app: ASGIApp, path: str, body: bytes, *, key: bytes | None = None) -> Answer:
+    """POST `body` (JSON) to `path` on `app`; `key` is the server's API key, when it has one."""
+    headers = [
+        (b"host", HOST),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if key is not None:
+        headers.append((b"authorization", b"Bearer " + key))
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": (HOST.decode(), 0),
+        "server": (HOST.decode(), 0),
+    }
+    collected = _Collected()
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop()
+        await collected.complete.wait()
+        return {"type": "http.disconnect"}
+
+    await app(scope, receive, collected.send)
+    return collected.answer()
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.status = 500
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.complete = asyncio.Event()
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+            self.headers = {
+                name.decode("latin-1").lower(): value.decode("latin-1")
+                for name, value in message.get("headers", [])
+            }
+        elif message["type"] == "http.response.body":
+            self.chunks.append(bytes(message.get("body", b"")))
+            if not message.get("more_body", False):
+                self.complete.set()
+
+    def answer(self) -> Answer:
+        self.complete.set()
+        return Answer(self.status, self.headers, b"".join(self.chunks))
