@@ -13,13 +13,16 @@ the slot back when its work has really stopped.
 Batch API lines (serving/batches) ask in the background (`in_background`): a
 background request waits behind every interactive one, is never refused for a
 full queue (its runner bounds how many wait) and is not stopped by `POST
-/api/cancel`. It may take every row, but it is preempted: an interactive
-request that finds no row halts the background row granted last (the least
-work lost; a request needing the slot alone halts them all), which ends with
-`503 model_busy` at its next token and gives its row over; its runner sees the
-mark on its `Background` and asks again, behind the interactive request. So
-an interactive request arriving while a batch runs waits one decode step for
-a row, not a whole line (docs/DECISIONS.md, "Contract 0.31.0").
+/api/cancel`. It may take every row, but it is preempted: an interactive row
+request that finds none free halts the background row granted last (the least
+work lost) and is granted at once, for a halted background row no longer
+counts; the batch drops that row (`503 preempted` for its line) before it
+admits the newcomer. A request that needs the slot alone halts every
+background holder and waits for them to leave. The line's runner asks again,
+behind the interactive requests (its `Background` mark tells a preemption
+from a model switch, which halts every holder). So an interactive request
+arriving while a batch runs waits for no row (docs/DECISIONS.md, "Contract
+0.31.0").
 
 Holding it is one `async with`: `scheduler.hold()` for work on whatever is
 resident (a decision, a load, an unload), `holding(manager, scheduler, entry,

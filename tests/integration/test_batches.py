@@ -171,6 +171,37 @@ def test_a_probe_armed_during_a_batch_gives_verdicts_per_line(
     assert verdicts["fr"] != verdicts["en"]
 
 
+def preempted(client: TestClient) -> float:
+    """How many answers `preempted` the server gave so far (its refusals counter)."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("miserver_refusals_total") and 'code="preempted"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_an_interactive_request_takes_a_row_from_a_running_batch(server: TestClient) -> None:
+    """Issue 50 item 3 (lower priority): while a batch fills every row, interactive requests
+    are answered at once, each taking a batch line's row (that line is preempted: the
+    server's refusals count `preempted`); the preempted lines run again, so the batch still
+    ends with every line once and whole."""
+    long = chat(max_tokens=48, ignore_eos=True)
+    batch = make(server, *(request_line(f"l{i}", long) for i in range(16)))
+    deadline = time.monotonic() + 120
+    while server.get("/api/health/inference").json()["slots_in_use"] < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    before = preempted(server)
+    for i in range(3):
+        answer = server.post(CHAT, json=chat(f"Say {i}.", max_tokens=4))
+        assert answer.status_code == 200, answer.text
+    assert preempted(server) > before
+    done = finished(server, batch["id"])
+    assert done["request_counts"] == {"total": 16, "completed": 16, "failed": 0}
+    out = results(server, done["output_file_id"])
+    assert sorted(out) == sorted(f"l{i}" for i in range(16))
+    assert {line["response"]["body"]["usage"]["completion_tokens"] for line in out.values()} == {48}
+
+
 def test_bad_lines_become_error_lines_and_the_batch_goes_on(server: TestClient) -> None:
     """Issue 50 item 3, OAI-GGUF-08: lines that are not requests, a line naming a bare
     repository name (404 model_not_found while one quantization exists, 400

@@ -6,9 +6,9 @@ free for one), as many at once as the resident engine has rows, so the lines
 fill the continuous batch. A line's result is kept the moment its answer is
 whole; a line is run again only when it has none, so a restart after a
 `kill -9` resumes with no line run twice and none lost. An answer of
-`503 model_busy` or `queue_full` is asked again, not kept: at once when the
-line's row was taken back for an interactive request (preempted), after
-`retry_s` when a model was switching or the queue full.
+`503 preempted`, `model_busy` or `queue_full` is asked again, not kept: at once
+when the line's row was taken back for an interactive request (preempted),
+after `retry_s` when a model was switching or the queue full.
 
 A batch being cancelled, or past its completion window, starts no more lines;
 the running ones finish and are kept. Then it is finalized: every line not run
@@ -39,7 +39,7 @@ from .objects import expires_at
 log = logging.getLogger("miserver.batches")
 
 Ask = Callable[[str, bytes], Awaitable[Answer]]  # (path, JSON body) -> the route's answer
-RETRIED = frozenset({"model_busy", "queue_full"})
+RETRIED = frozenset({"model_busy", "queue_full", "preempted"})
 AHEAD = 2  # lines in flight per row: a row that frees finds the next one prepared, waiting
 UNRUN = {
     "cancelled": ("batch_cancelled", "The batch was cancelled before this line ran."),
@@ -138,11 +138,12 @@ class BatchRunner:
     async def _line(self, batch: BatchRecord, line: LineRecord) -> None:
         assert line.request is not None
         while True:
-            with in_background() as mark:
+            with in_background():
                 answer = await self._ask(batch.endpoint, line.request.encode("utf-8"))
-            if answer.status != 503 or _code(answer) not in RETRIED:
+            code = _code(answer) if answer.status == 503 else None
+            if code not in RETRIED:
                 break
-            if not mark.preempted:  # a model switching, a full queue: not at once
+            if code != "preempted":  # a model switching, a full queue: not at once
                 await asyncio.sleep(self._retry_s)
             if self._stopped(batch):
                 return  # not run: finalizing writes its line

@@ -45,6 +45,7 @@ from .generation import (
     choice_events,
     delivered,
     ended,
+    halted_reason,
 )
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ class Batcher:
             if member.cancel.is_set():  # the client left before its turn
                 member.end(ChoiceEnd("cancelled", 0, 0))
             elif _halted(member):  # preempted (scheduler.py) before its turn
-                member.end(ChoiceEnd("halted", 0, 0))
+                member.end(ChoiceEnd(halted_reason(member.job), 0, 0))
             else:
                 live.append(member)
         if not live:
@@ -240,9 +241,9 @@ class Batcher:
         decoding = [m for m, row in zip(self._rows, rows, strict=True) if row and row.ready]
         return (
             bool(decoding)
-            and all(m.job.background for m in decoding)
+            and all(m.job.background is not None for m in decoding)
             and any(
-                row is not None and not row.ready and not m.job.background
+                row is not None and not row.ready and m.job.background is None
                 for m, row in zip(self._rows, rows, strict=True)
             )
         )
@@ -255,7 +256,8 @@ class Batcher:
             if member.cancel.is_set():
                 self._leave(member, ChoiceEnd("cancelled", member.text.count, member.text.cached))
             elif _halted(member):
-                self._leave(member, ChoiceEnd("halted", member.text.count, member.text.cached))
+                reason = halted_reason(member.job)
+                self._leave(member, ChoiceEnd(reason, member.text.count, member.text.cached))
         self._rows = [m for m in self._rows if not m.ended]
 
     def _joined(self, member: _Member, row: BatchRow | Exception, started: float) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...engines.base import NO_HOOKS, Engine, Hooks, Prefilled, Rng, SamplingParams, Token
 from ...errors import ApiError
+from ..scheduler import Background
 from ..stops import StopMatcher
 from ..telemetry import Meter
 from .detokenizer import Detokenizer
@@ -79,7 +80,7 @@ class ChoiceJob:
     stop_strings: Sequence[str]
     rng: Rng | None
     halted: threading.Event | None = None  # a model switch: end at the next token, "halted"
-    background: bool = False  # a Batch API line's (serving/scheduler.py): it yields to others
+    background: Background | None = None  # a Batch API line's mark (serving/scheduler.py)
     hooks: Hooks = NO_HOOKS  # steering, probes' monitor, a capture (a reading: serial only)
     keep_special: bool = False  # special tokens' text stays in the reply (tool-call markers)
     cancelled: threading.Event | None = None  # POST /api/cancel: end at the next token
@@ -199,7 +200,7 @@ class ChoiceText:
         if self._cancel.is_set() or (job.cancelled is not None and job.cancelled.is_set()):
             return self._end("cancelled")
         if job.halted is not None and job.halted.is_set():
-            return self._end("halted")
+            return self._end(halted_reason(job))
         return None
 
     def _take(self, token_id: int) -> bool:
@@ -421,8 +422,19 @@ async def collect(events: AsyncIterator[TextDelta | ChoiceEnd]) -> tuple[Collect
     raise RuntimeError("generation ended without an end event")
 
 
+def halted_reason(job: ChoiceJob) -> str:
+    """Why a halted choice ended: `preempted` (a Batch API line's row, taken back for an
+    interactive request, serving/scheduler.py), else `halted` (a model switch)."""
+    return "preempted" if job.background is not None and job.background.preempted else "halted"
+
+
 def unless_halted(end: ChoiceEnd) -> ChoiceEnd:
-    """A generation halted for a model switch ends the request with 503 model_busy."""
+    """A generation halted for a model switch ends the request with 503 model_busy; a
+    preempted Batch API line with 503 preempted, which its runner asks again."""
+    if end.finish_reason == "preempted":
+        raise ApiError(
+            "preempted", "This batch line gave its row to an interactive request; it runs again."
+        )
     if end.finish_reason == "halted":
         raise ApiError(
             "model_busy",

@@ -462,7 +462,7 @@ def job(
         stop_strings=r.stops,
         rng=rng,
         halted=ticket.halt,
-        background=ticket.background is not None,
+        background=ticket.background,
         hooks=hooks,
         # call and reasoning markers may be special tokens
         keep_special=prepared.tools is not None or prepared.reasoning is not None,
