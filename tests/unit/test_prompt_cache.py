@@ -92,3 +92,24 @@ def test_cache_ram_zero_keeps_none_and_auto_takes_the_default() -> None:
     assert made is not None and made.budget == 64 << 20
     auto = prompt_cache(-1)
     assert auto is not None and auto.budget == 8192 << 20
+
+
+def test_among_many_entries_sharing_a_head_the_right_one_is_found() -> None:
+    """Issue 43 (a cache that holds thousands of chats): entries are found through their
+    prefixes at block boundaries. Among 2,000 prompts sharing a 32-id head, a prompt
+    continuing one of them restores that one, whichever it is; a prompt sharing less than
+    one block (16 ids) restores nothing; evicted entries leave the index."""
+    cache = PromptCache(budget=2000 * 100)
+    head = ids(0, 32)
+    for k in range(2000):
+        cache.put([*head, *ids(10_000 + 40 * k, 20)], UNSTEERED, f"p{k}", 100)
+    for k in (0, 777, 1999):
+        found = cache.best([*head, *ids(10_000 + 40 * k, 20), 1, 2], UNSTEERED)
+        assert found is not None and (found.entry.state, found.shared) == (f"p{k}", 52)
+    assert cache.best([*ids(0, 15), *ids(90_000, 20)], UNSTEERED) is None
+    cache.put(ids(50_000, 40), UNSTEERED, "new", 100)  # evicts the least recently used
+    assert len(cache) == 2000
+    gone = cache.best([*head, *ids(10_000 + 40 * 1, 20), 1], UNSTEERED)  # p1 went: the head
+    assert gone is not None and gone.shared == 32 and gone.entry.state != "p1"
+    cache.clear()
+    assert cache.best([*head, *ids(10_000, 20), 1], UNSTEERED) is None
