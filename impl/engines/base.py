@@ -383,12 +383,16 @@ class Batch(Protocol):
         gets its exception, the others their row. An engine may prefill them together."""
         ...
 
-    def step(self, rows: Sequence[BatchRow], *, decode: bool = True) -> None:
+    def step(
+        self, rows: Sequence[BatchRow], *, decode: bool = True, cap: int | None = None
+    ) -> None:
         """Feed each ready row's newest token in one forward pass and pick each one's next;
         prefill the rows not ready further (a row whose prompt ends gets its first token and
         is ready). `decode` False: the ready rows sit this step out, and the rows not ready
         are prefilled whole, as on an idle batch (an interactive request's prompt while only
-        Batch API rows decode, serving/completions/batching.py)."""
+        Batch API rows decode, serving/completions/batching.py). `cap`: at most this many
+        prompt tokens while rows decode (Batch API prompts: short steps, which an interactive
+        request arriving waits for)."""
         ...
 
     def leave(self, row: BatchRow) -> None:

@@ -22,7 +22,9 @@ class Rows(Protocol[R_contra]):
     capacity: int
     window: int
 
-    def step(self, rows: Sequence[R_contra], *, decode: bool = True) -> None: ...
+    def step(
+        self, rows: Sequence[R_contra], *, decode: bool = True, cap: int | None = None
+    ) -> None: ...
 
     def leave(self, row: R_contra) -> None: ...
 
@@ -54,10 +56,14 @@ def chunk_of(asked: int) -> int:
     return PREFILL_CHUNK if asked < 0 else asked
 
 
-def prefill_limit(chunk: int, *, decoded: bool) -> int | None:
+def prefill_limit(chunk: int, *, decoded: bool, cap: int | None = None) -> int | None:
     """How many prompt tokens of the rows not ready a step runs (None: all): `chunk` when
-    rows decoded in it (0: a whole prompt), else all, for no row waits for them."""
-    return (chunk or None) if decoded else None
+    rows decoded in it (0: a whole prompt), at most `cap` then, else all, for no row waits
+    for them."""
+    if not decoded:
+        return None
+    limit = chunk or None
+    return cap if limit is None else limit if cap is None else min(limit, cap)
 
 
 def prompt_row(prompt_ids: Sequence[int], window: int) -> list[int]:
@@ -86,8 +92,10 @@ class RowsBatchBase(Generic[T, R]):
     def window(self) -> int:
         return self._rows.window
 
-    def step(self, rows: Sequence[BatchRow], *, decode: bool = True) -> None:
-        self._rows.step([self._own(row) for row in rows], decode=decode)
+    def step(
+        self, rows: Sequence[BatchRow], *, decode: bool = True, cap: int | None = None
+    ) -> None:
+        self._rows.step([self._own(row) for row in rows], decode=decode, cap=cap)
 
     def leave(self, row: BatchRow) -> None:
         self._rows.leave(self._own(row))

@@ -311,3 +311,21 @@ def test_a_prefill_step_runs_a_joining_prompt_whole_and_decodes_no_row(
     assert [t.token_id for t in rest[1]] == alone[1]
     batch.leave(running)
     batch.leave(joining)
+
+
+def test_a_capped_step_prefills_at_most_the_cap(chunked: LlamaCppEngine) -> None:
+    """Issue 50: `step(cap=4)` beside a decoding row runs at most 4 of a joining prompt's
+    tokens (the load's chunk is 8), so the steps a Batch API prompt's prefill takes stay
+    short; the prompt still gives the tokens it gives alone."""
+    batch = chunked.batch
+    assert batch is not None
+    first, second = (prompt(chunked, "a fox"), greedy(40)), (notes(chunked, "a mill"), greedy(4))
+    [running] = batch.join_all([Joiner(*first, None)])
+    [joining] = batch.join_all([Joiner(*second, None)])
+    ran = [len(joining.held)]  # type: ignore[attr-defined]
+    while not joining.ready:
+        batch.step([running, joining], cap=4)
+        ran.append(len(joining.held))  # type: ignore[attr-defined]
+    assert all(0 < b - a <= 4 for a, b in itertools.pairwise(ran)) and len(ran) > 3
+    batch.leave(running)
+    batch.leave(joining)

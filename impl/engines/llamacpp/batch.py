@@ -243,11 +243,12 @@ class Rows:
             observer=Observer.of(Hooks(monitor=joiner.monitor)),
         )
 
-    def step(self, rows: Sequence[Row], *, decode: bool = True) -> None:
+    def step(self, rows: Sequence[Row], *, decode: bool = True, cap: int | None = None) -> None:
         """Feed each ready row's newest token, in one decode, and pick each one's next
         (`row.last`); then prefill the rows not ready, in `rows`' order: `chunk` tokens
         when a row decoded, else every one's whole prompt. A row whose prompt ends in this
-        step gets its first token and is ready. `decode` False: no row decodes."""
+        step gets its first token and is ready. `decode` False: no row decodes; `cap`: at
+        most this many prompt tokens when rows decoded."""
         self._check_open()
         self._compact()
         ready = sorted((r for r in rows if r.ready and decode), key=lambda r: r.seq)
@@ -265,7 +266,7 @@ class Rows:
                 row.held.append(row.last.token_id)
                 row.last = self._pick(row, i)
         if waiting:
-            self._prefill(waiting, prefill_limit(self.chunk, decoded=bool(ready)))
+            self._prefill(waiting, prefill_limit(self.chunk, decoded=bool(ready), cap=cap))
 
     def leave(self, row: Row) -> None:
         """Free the row's sequence; its KV stays for a later row that shares its prefix."""

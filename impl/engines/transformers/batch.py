@@ -145,11 +145,12 @@ class Rows:
         """Whether any row is open."""
         return bool(self._rows or self._waiting)
 
-    def step(self, rows: Sequence[Row], *, decode: bool = True) -> None:
+    def step(self, rows: Sequence[Row], *, decode: bool = True, cap: int | None = None) -> None:
         """Feed every ready row's newest token in one forward pass and pick each one's next
         (`row.last`); then prefill the rows not ready, in `rows`' order, `chunk` tokens when a
         row decoded, else every one's whole prompt. `rows` must be the open rows: the batch
-        axis holds the ready ones. `decode` False: no row decodes."""
+        axis holds the ready ones. `decode` False: no row decodes; `cap`: at most this many
+        prompt tokens when rows decoded."""
         ready = [r for r in rows if r.ready]
         waiting = [r for r in rows if not r.ready]
         same = {id(r) for r in ready} == {id(r) for r in self._rows}
@@ -157,7 +158,7 @@ class Rows:
             raise ValueError("a step feeds every open row of the batch")
         if ready and decode:
             self._decode()
-        limit = prefill_limit(self.chunk, decoded=bool(ready) and decode)
+        limit = prefill_limit(self.chunk, decoded=bool(ready) and decode, cap=cap)
         for row in waiting:
             if limit is not None and limit <= 0:
                 break

@@ -51,6 +51,7 @@ from .generation import (
 log = logging.getLogger(__name__)
 
 BURST_S = 0.1  # the longest job of steps that deliver nothing (`Batcher._steps`)
+BACKGROUND_CHUNK = 16  # prompt tokens a step of Batch API rows' prefill, beside decoding rows
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -216,7 +217,8 @@ class Batcher:
         started = time.perf_counter()
         decode = not self._yielding()
         sat_out = set() if decode else {id(m) for m in self._rows if m.row and m.row.ready}
-        self.batch.step([m.row for m in self._rows if m.row is not None], decode=decode)
+        rows = [m.row for m in self._rows if m.row is not None]
+        self.batch.step(rows, decode=decode, cap=self._cap())
         elapsed = time.perf_counter() - started
         made = 0
         for member in self._rows:
@@ -247,6 +249,14 @@ class Batcher:
                 for m, row in zip(self._rows, rows, strict=True)
             )
         )
+
+    def _cap(self) -> int | None:
+        """BACKGROUND_CHUNK while only Batch API prompts wait to be prefilled: their steps
+        stay short, for an interactive request arriving waits for the step in flight."""
+        waiting = [m for m in self._rows if m.row is not None and not m.row.ready]
+        if waiting and all(m.job.background is not None for m in waiting):
+            return BACKGROUND_CHUNK
+        return None
 
     def _drop_cancelled(self) -> None:
         """Rows whose client left (or was cancelled) leave now, freeing their sequences, and
