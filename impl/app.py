@@ -35,7 +35,7 @@ from .http import inprocess
 from .http.aliases import RootAliases, root_paths
 from .http.anthropic import AnthropicConventions
 from .http.documents import add_document, document
-from .http.operations import decorated_once
+from .http.operations import Route, decorated_once
 from .http.pages import Pages
 from .http.refusals import Refusals
 from .http.request_id import RequestIdMiddleware
@@ -195,8 +195,9 @@ def _registry(settings: Settings) -> tuple[ModelRegistry, str | None]:
     return registry, settings.model or default
 
 
-def build_connexion() -> AsyncApp:
-    """The Connexion app for spec/openapi, with OpenAI-format errors everywhere."""
+def build_connexion(route: Route | None = None) -> AsyncApp:
+    """The Connexion app for spec/openapi, with OpenAI-format errors everywhere; `route`
+    sends the operations it names on once validated (a cluster's ingress)."""
     spec_dir = Path(str(resources.files("miserver.spec") / "openapi"))
     app = decorated_once(
         AsyncApp(
@@ -204,7 +205,8 @@ def build_connexion() -> AsyncApp:
             # the documents are served as written by handlers.contract, not as Connexion
             # resolves them
             swagger_ui_options=SwaggerUIOptions(swagger_ui=False, serve_spec=False),
-        )
+        ),
+        route,
     )
     bodies = {"v1.yaml": OpenAIBodyValidator, "api.yaml": LocalBodyValidator}  # LOC-GEN-14
     for name, body in bodies.items():
@@ -311,6 +313,9 @@ class Server:
     raises StartRefused before anything is built); by default it is computed
     from `settings`. `flags` are the parameter table's own launch flags as given
     (`local.params.launch_values`): the config's launch layer beside `settings`.
+    In a cluster (miserver.cluster) `route` sends operations on to other
+    processes once validated, and `batches` says whether this one runs the
+    Batch API's lines.
     """
 
     def __init__(
@@ -320,6 +325,8 @@ class Server:
         preload: bool = True,
         policy: AccessPolicy | None = None,
         flags: Mapping[str, Any] | None = None,
+        route: Route | None = None,
+        batches: bool = True,
     ) -> None:
         self.policy = policy if policy is not None else access_policy(settings)
         self.settings = settings
@@ -337,7 +344,7 @@ class Server:
                 RequestIdMiddleware(
                     Refusals(
                         SecurityMiddleware(
-                            Pages(build_connexion()),
+                            Pages(build_connexion(route)),
                             self.policy,
                             settings.json_max_depth,
                             gate=self._gate,
@@ -348,14 +355,14 @@ class Server:
             ),
             root_paths(contract_document("v1")),
         )
-        batches = self.state.batches
-        batches.runner = BatchRunner(
-            batches.store,
-            self.state.files.store,
-            self._in_process,
-            lambda: self.state.scheduler.rows,
-            batches.announce,
-        )
+        if batches:
+            self.state.batches.runner = BatchRunner(
+                self.state.batches.store,
+                self.state.files.store,
+                self._in_process,
+                lambda: self.state.scheduler.rows,
+                self.state.batches.announce,
+            )
 
     async def _in_process(self, path: str, body: bytes) -> Answer:
         """A Batch API line, posted to its route through this whole server (batches/runner)."""
@@ -439,6 +446,21 @@ class Server:
         if method != "POST" or path not in QUEUED:
             return None
         return self.state.scheduler.refusal()
+
+    def reload(self, epoch: int | None = None) -> None:
+        """Read the operator's state again from the data dir, where another process of the
+        same cluster changed it: steering (its epoch moved to `epoch`, the cluster's), probes,
+        the model lock, the config."""
+        state = self.state
+        state.steering.reload(epoch)
+        state.probes.reload()
+        if state.manager.lock is not None:
+            state.manager.lock.reload()
+        state.config.reload()
+
+    @property
+    def database(self) -> Database:
+        return self._db
 
     def launch_model_id(self) -> str | None:
         return self._launch_id

@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write the OpenAPI documents (YAML and JSON) and the JSON Schemas under DIR",
     )
     export.add_argument("dir", help="the folder to write (created if missing)")
+    cluster = commands.add_parser(
+        "cluster",
+        help="serve on a local Ray head: an ingress, engine replicas and the control "
+        "(pip install 'miserver[cluster]'); every other flag is a `serve` flag",
+    )
+    _cluster_flags(cluster)
     hashing = commands.add_parser(
         "steering-hash",
         help="print the steering-set hash of an SAE ID and features (as in X-miLLM-Steering)",
@@ -75,6 +81,19 @@ def _serve_flags(serve: argparse.ArgumentParser, taken: set[str]) -> None:
         metavar="ASK",
         help="time the engine's kernels as the JSON ASK says, print the timings as JSON and "
         "exit (the planner runs this in a child process: planner/kernels.py)",
+    )
+
+
+def _cluster_flags(cluster: argparse.ArgumentParser) -> None:
+    cluster.add_argument("--host", default="127.0.0.1", help="address the ingress binds")
+    cluster.add_argument("--port", type=int, default=8000, help="TCP port the ingress binds")
+    cluster.add_argument("--engine-replicas", type=int, default=2, help="engine replicas")
+    cluster.add_argument("--ingress-replicas", type=int, default=1, help="ingress replicas")
+    cluster.add_argument(
+        "--engine-cpus", type=float, default=1.0, help="Ray CPUs each engine replica takes"
+    )
+    cluster.add_argument(
+        "--address", default=None, help="a running Ray cluster to join (default: start one)"
     )
 
 
@@ -226,8 +245,35 @@ def schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+def cluster(args: argparse.Namespace, serve_args: Sequence[str]) -> int:
+    """`miserver cluster`: the `serve` flags checked here first, then Ray started."""
+    serve_parser = argparse.ArgumentParser(prog="miserver cluster")
+    settings_mod.add_flags(serve_parser)
+    params.add_flags(serve_parser, {flag for _, _, flag, _ in settings_mod.documented() if flag})
+    given = serve_parser.parse_args([*serve_args, "--host", args.host, "--port", str(args.port)])
+    settings = settings_mod.from_args(given)
+    _log_requests(settings.log_level)
+    try:
+        access_policy(settings)
+    except StartRefused as exc:
+        log.error("refusing to start: %s", exc)
+        return 2
+    from .cluster.local import Layout, run
+
+    layout = Layout(
+        args.host, args.port, args.engine_replicas, args.ingress_replicas, args.engine_cpus,
+        args.address,
+    )  # fmt: skip
+    return run(layout, serve_args)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "cluster":
+        sys.exit(cluster(args, rest))
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     commands = {"serve": serve, "plan": plan, "schemas": schemas, "steering-hash": steering_hash}
     sys.exit(commands[args.command](args))
 

@@ -2,7 +2,9 @@
 
 generated/    imports nothing of ours but itself
 impl/engines  imports nothing of ours but miserver.engines
-web stack     connexion, starlette, uvicorn: only app, cli, handlers and http import them
+web stack     connexion, starlette, uvicorn: only app, cli, handlers, http and cluster import them
+ray           only miserver.cluster imports Ray, and only the cli imports miserver.cluster (its
+              `cluster` command): the embedded server never loads Ray
 core          serving, local, steering, models, store, engines never import http, handlers or app
 serving       the top of serving/ (admission, scheduler, prompts, stops, ...) is shared by the
               folders under it and imports neither serving/chat, serving/completions nor local/
@@ -72,7 +74,8 @@ TOKENIZER = "miserver.serving.tokenizer"
 RESPONSES = "miserver.serving.responses"
 MESSAGES = "miserver.serving.messages"
 LOCAL = "miserver.local"
-FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http")
+CLUSTER = "miserver.cluster"
+FRONT = ("miserver.app", "miserver.cli", "miserver.handlers", "miserver.http", CLUSTER)
 TESTS = "tests"
 
 
@@ -108,8 +111,22 @@ RULES = [
         "web",
         ("miserver",),
         WEB,
-        "only app, cli, handlers and http import the web framework",
+        "only app, cli, handlers, http and cluster import the web framework",
         exempt=FRONT,
+    ),
+    Rule(
+        "ray",
+        ("miserver",),
+        ("ray",),
+        "only miserver.cluster imports Ray: the embedded server never loads it",
+        exempt=(CLUSTER,),
+    ),
+    Rule(
+        "cluster",
+        ("miserver",),
+        (CLUSTER,),
+        "only the cli's `cluster` command imports miserver.cluster",
+        exempt=(CLUSTER, "miserver.cli"),
     ),
     Rule(
         "core",
@@ -178,7 +195,11 @@ SPLIT = ("miserver", "miserver.conformance", "tools", TESTS)
 # where the module graph, not only the package graph, has no cycle
 MODULE_CYCLES = ("miserver", "tools", TESTS)
 # module prefix -> the pyproject.toml lists that declare its third-party imports
-DECLARED = {"miserver": ("dependencies",), "miserver.conformance": ("dependencies", "conformance")}
+DECLARED = {
+    "miserver": ("dependencies",),
+    "miserver.conformance": ("dependencies", "conformance"),
+    CLUSTER: ("dependencies", "cluster"),
+}
 # import name -> distribution name where they differ (case, `_` and `-` are normalised)
 DISTRIBUTIONS = {
     "yaml": "pyyaml",

@@ -1,4 +1,5 @@
-"""A request to this server made in process, through its whole ASGI stack (Batch API lines).
+"""A request to this server made in process, through its whole ASGI stack (Batch API lines,
+and a cluster's engine replicas: miserver.cluster).
 
 `post` sends one JSON body to a path as a loopback HTTP client would, through
 every middleware a socket request passes (the security checks, the strict body
@@ -12,6 +13,8 @@ Once the body is read, the client never leaves: `receive` answers
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Message
@@ -55,6 +58,59 @@ async def post(app: ASGIApp, path: str, body: bytes, *, key: bytes | None = None
 
     await app(scope, receive, collected.send)
     return collected.answer()
+
+
+def scope_of(
+    method: str, path: str, query: bytes, headers: Sequence[tuple[bytes, bytes]]
+) -> dict[str, Any]:
+    """The ASGI scope of a request made in process from loopback."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": [(b"host", HOST), *headers],
+        "client": (HOST.decode(), 0),
+        "server": (HOST.decode(), 0),
+    }
+
+
+async def exchange(app: ASGIApp, scope: dict[str, Any], body: bytes) -> AsyncIterator[Message]:
+    """Run `app` on one request and yield what it sends, as it sends it (a stream's events
+    one by one). Closing the iterator early is the client leaving: the app's `receive`
+    answers `http.disconnect`, and the app is cancelled if it does not end by itself."""
+    sent: asyncio.Queue[Message | None] = asyncio.Queue()
+    left = asyncio.Event()
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop()
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, sent.put)
+        finally:
+            sent.put_nowait(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while (message := await sent.get()) is not None:
+            yield message
+        await task  # its exception, if it raised one
+    finally:
+        left.set()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 class _Collected:

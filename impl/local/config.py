@@ -369,6 +369,11 @@ class ConfigService:
             document["auto_plan"] = auto_plan
         write_atomic(self._path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
 
+    def reload(self) -> None:
+        """The stored values read again, where another process of a cluster changed them."""
+        self._user, self._plan, self._auto_plan = {}, None, None
+        self._restore()
+
     def _restore(self) -> None:
         try:
             document = json.loads(self._path.read_text("utf-8"))

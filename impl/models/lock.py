@@ -21,9 +21,15 @@ class ModelLock:
     def __init__(self, database: Database) -> None:
         self._db = database
         self._guard = threading.Lock()
-        with database.transaction() as db:
+        self._model: str | None = None
+        self.reload()
+
+    def reload(self) -> None:
+        """The lock read from the database (at start, and where another process of a cluster
+        changed it)."""
+        with self._db.transaction() as db:
             row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (KEY,)).fetchone()
-        self._model: str | None = None if row is None else str(row[0])
+        self._model = None if row is None else str(row[0])
 
     @property
     def model(self) -> str | None:

@@ -53,6 +53,10 @@ class ProbeAdmin:
         with self._lock:
             self._armed = tuple(map(_probe, self._store.armed()))
 
+    def reload(self) -> None:
+        """The armed probes read again, where another process of a cluster changed them."""
+        self._changed()
+
     def armed(self) -> tuple[Probe, ...]:
         """The armed probes now, by name."""
         return self._armed

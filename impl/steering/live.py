@@ -263,8 +263,9 @@ class LiveSteering:
         attachment.manual = values
         self.changed()
 
-    def changed(self) -> None:
-        """Rebuild every model's snapshot and move the epoch: an operator changed steering."""
+    def changed(self, epoch: int | None = None) -> None:
+        """Rebuild every model's snapshot and move the epoch (to `epoch`, when given: a
+        cluster's): an operator changed steering."""
         active, unreadable = [], []
         for row in self.circuits.active():
             try:
@@ -272,9 +273,8 @@ class LiveSteering:
             except CircuitError as exc:
                 log.warning("active circuit %s cannot be read: %s", row.id, exc)
                 unreadable.append(row.id)
-        base = _State(
-            self._state.epoch + 1, {}, self.profiles.active(), tuple(active), tuple(unreadable)
-        )
+        moved = self._state.epoch + 1 if epoch is None else epoch
+        base = _State(moved, {}, self.profiles.active(), tuple(active), tuple(unreadable))
         snapshots: dict[str, Snapshot] = {}
         for model_id in {a.model_id for a in self._attachments.values()}:
             snapshots[model_id] = self._global(base, model_id, None)[0]
@@ -400,10 +400,16 @@ class LiveSteering:
         except SAEFormatError as exc:
             raise InvalidParameter("sae_id", f"SAE `{sae_id}` cannot be loaded: {exc}") from exc
 
-    def _restore(self) -> None:
+    def reload(self, epoch: int | None = None) -> None:
+        """Everything read again from the database, where another process of a cluster
+        changed it; the epoch moves to `epoch` (the cluster's) when given."""
+        self._restore(epoch)
+
+    def _restore(self, epoch: int | None = None) -> None:
         """Attachments from the database; one whose SAE is gone is dropped with a warning."""
         with self._db.transaction() as db:
             rows = db.execute("SELECT model_id, sae_id, layer, manual FROM attachments").fetchall()
+        found: dict[tuple[str, str, int], Attachment] = {}
         for model_id, sae_id, layer, manual in rows:
             try:
                 sae = self.saes.get(str(sae_id))
@@ -412,5 +418,6 @@ class LiveSteering:
                 continue
             values = {int(i): float(s) for i, s in json.loads(str(manual))}
             key = (str(model_id), str(sae_id), int(layer))
-            self._attachments[key] = Attachment(key[0], sae, key[2], values)
-        self.changed()
+            found[key] = Attachment(key[0], sae, key[2], values)
+        self._attachments = found
+        self.changed(epoch)

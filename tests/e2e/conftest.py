@@ -36,6 +36,7 @@ from tests.openai_reference import Check
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
+CLUSTER_STOP_TIMEOUT_S = 30.0  # Serve drains its deployments before Ray stops
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,14 +81,21 @@ def _wait_until_up(server: LiveServer, key: str | None = None) -> None:
     pytest.fail(f"miserver did not answer within {START_TIMEOUT_S:.0f} s:\n{server.log_tail()}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(
+    process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S, group: bool = False
+) -> None:
+    """SIGINT (uvicorn's graceful shutdown), then SIGKILL; `group`: then to the whole process
+    group too (a cluster's Ray head and workers, which its process started)."""
     if process.poll() is None:
-        process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown
+        process.send_signal(signal.SIGINT)
         try:
-            process.wait(timeout=STOP_TIMEOUT_S)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(timeout=STOP_TIMEOUT_S)
+            process.wait(timeout=timeout_s)
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # what is left of its group
 
 
 @contextlib.contextmanager
@@ -97,11 +105,14 @@ def live_server(
     model: str | None = MODEL_ID,
     args: Sequence[str] = (),
     key: str | None = None,
+    command: str = "serve",
 ) -> Iterator[LiveServer]:
     """Run `miserver serve` until the block ends; its output goes to `workdir/server.log`.
 
     `model` None starts it as a user would, with no `--model`: the embedded GGUF.
     `args` are more `serve` flags; `key` an API key it is started with (a key file).
+    `command` "cluster" starts `miserver cluster` (its own flags go in `args`) in a
+    process group of its own, so that its Ray processes end with it.
     """
     port = free_port()
     log_path = workdir / "server.log"
@@ -110,7 +121,7 @@ def live_server(
         args = [*args, "--api-key-file", str(workdir / "api-key")]
     command = [
         *serve_command(),
-        "serve",
+        command,
         *(["--model", model] if model else []),
         "--host",
         "127.0.0.1",
@@ -135,13 +146,17 @@ def live_server(
                 **os.environ,
                 **(env or {}),
             },
+            start_new_session=command == "cluster",
         )
         try:
             server = LiveServer(f"http://127.0.0.1:{port}/v1", process, log_path)
             _wait_until_up(server, key)
             yield server
         finally:
-            _stop(process)
+            if command == "cluster":
+                _stop(process, CLUSTER_STOP_TIMEOUT_S, group=True)
+            else:
+                _stop(process)
 
 
 @pytest.fixture(scope="session")

@@ -372,7 +372,7 @@ def test_known_violations_are_tolerated_and_stale_ones_reported(tmp_path: Path) 
     problems, _ = check(tmp_path, {})
     assert problems == [
         "[web] miserver.serving.y:1 imports starlette: "
-        "only app, cli, handlers and http import the web framework"
+        "only app, cli, handlers, http and cluster import the web framework"
     ]
 
 
@@ -382,3 +382,22 @@ def test_known_entries_name_a_rule() -> None:
     rules |= {"dependencies"}
     assert {rule for rule, _, _ in KNOWN} <= rules
     assert all(KNOWN.values())
+
+
+def test_only_the_cluster_loads_ray(tmp_path: Path) -> None:
+    """Issue 49 item 1: Ray is imported by miserver.cluster alone, and miserver.cluster by
+    the cli alone, so the embedded server never loads it."""
+    tree(
+        tmp_path,
+        {
+            "impl/serving/y.py": "import ray\n",
+            "impl/cluster/z.py": "import ray.serve\nfrom ..serving import y\n",
+            "impl/app.py": "from .cluster import z\n",
+            "impl/cli.py": "from .cluster import z\n",
+        },
+    )
+    found = {k for k in keys(tmp_path) if k[0] in ("ray", "cluster")}
+    assert found == {
+        ("ray", "miserver.serving.y", "ray"),
+        ("cluster", "miserver.app", "miserver.cluster.z"),
+    }

@@ -1,0 +1,121 @@
+"""An engine replica: one engine and its serving core, a whole miserver server in process.
+
+It answers `Forwarded` requests (wire.py) through its own server's ASGI stack
+and streams the messages back, adding `X-miLLM-Replica` and `X-miLLM-Epoch`.
+Before it serves a request stamped with a later epoch than its own it catches
+up: it reads the operator's state again from the shared database (the
+control's change is stored before the epoch moves) and, when the session's
+model changed, loads it as the change asked. It also follows the control's
+epoch as it moves (a long poll), so it is usually there before the request.
+A replica Ray restarts after a crash catches up the same way before it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ray import serve
+from starlette.types import Message
+
+from ..app import Server
+from ..http import inprocess
+from ..store.epochs import EpochStore
+from . import options, relay
+from .wire import EPOCH, REPLICA, Forwarded
+
+log = logging.getLogger(__name__)
+
+FOLLOW_RETRY_S = 1.0
+
+
+@dataclass(slots=True)
+class _Applied:
+    epoch: int = -1  # the cluster epoch this replica's state is at
+    session: int = 0  # the epoch of the session change it ran last
+
+
+class EngineReplica:
+    async def __init__(self, argv: Sequence[str]) -> None:  # type: ignore[misc]  # Serve awaits
+        settings, flags = options.parsed(argv, facing=False)
+        self._server = Server(settings, flags=flags, batches=False)
+        self._epochs = EpochStore(self._server.database)
+        context = serve.get_replica_context()
+        self.name = context.replica_id.unique_id
+        self._app = context.app_name
+        self._applied = _Applied()
+        self._lock = asyncio.Lock()
+        await self._server.startup()
+        await self.catch_up(self._epochs.epoch())
+        self._control: Any = None
+        self._following = asyncio.create_task(self._follow())
+        self._relaying = asyncio.create_task(self._relay())
+        log.info("engine replica %s serving at epoch %d", self.name, self._applied.epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._applied.epoch
+
+    async def serve(self, forwarded: Forwarded) -> AsyncIterator[Message]:
+        """The server's answer to `forwarded`, message by message."""
+        if forwarded.epoch > self._applied.epoch:
+            await self.catch_up(forwarded.epoch)
+        scope = inprocess.scope_of(
+            forwarded.method, forwarded.path, forwarded.query, forwarded.headers
+        )
+        async for message in inprocess.exchange(self._server, scope, forwarded.body):
+            if message["type"] == "http.response.start":
+                marks = [(REPLICA, self.name.encode()), (EPOCH, str(self.epoch).encode())]
+                message = {**message, "headers": [*message.get("headers", []), *marks]}
+            yield message
+
+    async def catch_up(self, epoch: int) -> None:
+        """This replica's state brought to `epoch` (or later) from the shared database."""
+        async with self._lock:
+            if epoch <= self._applied.epoch:
+                return
+            record = self._epochs.session()
+            if record is not None and record.epoch > self._applied.session:
+                answer = await inprocess.post(self._server, record.path, record.body)
+                if answer.status >= 400:
+                    log.error(
+                        "replica %s could not follow %s: %s", self.name, record.path, answer.body
+                    )
+                self._applied.session = record.epoch
+            self._server.reload(epoch)
+            self._applied.epoch = epoch
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """What the router may read of this replica (Ray Serve asks periodically)."""
+        return {"epoch": self._applied.epoch}
+
+    def _controller(self) -> Any:
+        if self._control is None:
+            self._control = serve.get_deployment_handle("Control", app_name=self._app)
+        return self._control
+
+    async def _follow(self) -> None:
+        """Catch up each time the control's epoch moves."""
+        while True:
+            try:
+                epoch = await self._controller().wait_epoch.remote(self._applied.epoch)
+                await self.catch_up(epoch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the control restarting: try again shortly
+                log.info("replica %s: following the control's epoch: %s", self.name, exc)
+                await asyncio.sleep(FOLLOW_RETRY_S)
+
+    async def _relay(self) -> None:
+        """This replica's events to the control while an ingress listens (relay.py)."""
+        while True:
+            try:
+                await relay.sending(self._server.bus, self._controller())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the control restarting: try again shortly
+                log.info("replica %s: relaying events: %s", self.name, exc)
+                await asyncio.sleep(FOLLOW_RETRY_S)

@@ -1,0 +1,92 @@
+"""The engine replicas' request router: Ray Serve's, told about prefixes and steering.
+
+For each request the router (one per deployment handle, in the ingress and in
+the control) ranks the live replicas by placement.py's rule: the longest prefix
+of the prompt it remembers sending to a replica (that replica's prompt cache
+holds it), then a replica that ran the same steering set in the last
+`STEERING_WINDOW_S` seconds, then load (Serve's cached queue lengths); with no
+affinity anywhere, power of two choices. A request naming its replica
+(`Forwarded.replica`) goes only there.
+
+What it remembers is what it routed: up to `MAX_PREFIXES` prefix hashes, the
+oldest forgotten first. A replica that died is dropped by Serve from the
+candidates, and its hashes are forgotten as they are met.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import OrderedDict
+from typing import Any
+
+from ray.serve.request_router import (
+    FIFOMixin,
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+from .placement import Candidate, ranked
+from .wire import Forwarded
+
+MAX_PREFIXES = 100_000
+STEERING_WINDOW_S = 10.0
+
+
+def _forwarded(pending: PendingRequest | None) -> Forwarded | None:
+    if pending is None or not pending.args:
+        return None
+    found = pending.args[0]
+    return found if isinstance(found, Forwarded) else None
+
+
+class SteeringRouter(FIFOMixin, RequestRouter):
+    def initialize_state(self, **kwargs: Any) -> None:
+        self._held: OrderedDict[str, str] = OrderedDict()  # prefix hash -> replica
+        self._steering: dict[str, dict[str, float]] = {}  # replica -> steering hash -> when
+        self._rng = random.Random()
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        forwarded = _forwarded(pending_request)
+        if forwarded is not None and forwarded.replica is not None:
+            named = by_id.get(forwarded.replica)
+            return [[named]] if named is not None else []
+        candidates = [self._candidate(name, r, forwarded) for name, r in by_id.items()]
+        return [[by_id[name] for name in rank] for rank in ranked(candidates, self._rng)]
+
+    def _candidate(
+        self, name: str, replica: RunningReplica, forwarded: Forwarded | None
+    ) -> Candidate:
+        load = self.replica_queue_len_cache.get(replica.replica_id) or 0
+        if forwarded is None:
+            return Candidate(name, load)
+        held = 0
+        for depth, piece in enumerate(forwarded.affinity.prefix, start=1):
+            if self._held.get(piece) == name:
+                held = depth
+        steering = forwarded.affinity.steering
+        when = self._steering.get(name, {}).get(steering) if steering else None
+        recent = when is not None and time.monotonic() - when < STEERING_WINDOW_S
+        return Candidate(name, load, held, recent)
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
+        forwarded = _forwarded(pending_request)
+        if forwarded is None:
+            return
+        name = replica_id.unique_id
+        for piece in forwarded.affinity.prefix:
+            self._held[piece] = name
+            self._held.move_to_end(piece)
+        while len(self._held) > MAX_PREFIXES:
+            self._held.popitem(last=False)
+        if forwarded.affinity.steering:
+            self._steering.setdefault(name, {})[forwarded.affinity.steering] = time.monotonic()

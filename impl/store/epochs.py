@@ -1,0 +1,57 @@
+"""A cluster's epoch and its session's model, kept in the shared database (miserver.cluster).
+
+The epoch counts the operator's changes made through the cluster (control.py);
+it is stored so that a restarted control goes on from where it was. The
+session record is the last `POST /api/session/load` or `unload` that succeeded:
+a replica that catches up runs it too, so every replica serves the same model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .database import Database
+
+EPOCH = "cluster_epoch"
+SESSION = "cluster_session"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    epoch: int  # the epoch the change moved the cluster to
+    path: str
+    body: bytes
+
+
+class EpochStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def epoch(self) -> int:
+        with self._db.transaction() as db:
+            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (EPOCH,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def moved(self, session: tuple[str, bytes] | None = None) -> int:
+        """The epoch moved by one and stored, with the session's change when it was one."""
+        with self._db.transaction() as db:
+            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (EPOCH,)).fetchone()
+            epoch = (0 if row is None else int(row[0])) + 1
+            db.execute("INSERT OR REPLACE INTO settings_kv VALUES (?, ?)", (EPOCH, str(epoch)))
+            if session is not None:
+                path, body = session
+                record = {"epoch": epoch, "path": path, "body": body.decode("utf-8")}
+                db.execute(
+                    "INSERT OR REPLACE INTO settings_kv VALUES (?, ?)",
+                    (SESSION, json.dumps(record)),
+                )
+        return epoch
+
+    def session(self) -> SessionRecord | None:
+        with self._db.transaction() as db:
+            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (SESSION,)).fetchone()
+        if row is None:
+            return None
+        record = json.loads(str(row[0]))
+        return SessionRecord(int(record["epoch"]), str(record["path"]), record["body"].encode())
