@@ -19,8 +19,8 @@ deployment takes (the same data dir for all: it holds the shared database);
 engine replica), `max_ongoing_requests` (64 per engine replica).
 
 Nothing outside this package imports Ray: the embedded server never does. Within it,
-`affinity`, `placement` and `routes` do not either (tools/cluster_sim.py uses them), and
-`app` is imported from `application` when first asked for.
+`affinity`, `placement`, `routes` and `relay` do not either (tools/bench/cluster_sim.py
+uses the placement), and `app` is imported from `application` when first asked for.
 """
 
 from __future__ import annotations

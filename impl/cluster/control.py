@@ -19,10 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
+import ray
+from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.types import Message
 
@@ -32,12 +35,13 @@ from ..store.epochs import EpochStore
 from . import options
 from .forwarding import LOST, Forwarder, unavailable
 from .relay import Events, Published
-from .routes import SESSION, Target
+from .routes import EVERY, SESSION, Target
 from .wire import EPOCH, Forwarded
 
 log = logging.getLogger(__name__)
 
 WAIT_S = 25.0  # how long a follower's long poll waits for the epoch to move
+EVERY_S = 5.0  # how long an operation sent to every replica waits for each
 
 
 class Control:
@@ -53,6 +57,7 @@ class Control:
         self._moved = asyncio.Condition()
         self._changing = asyncio.Lock()
         self._events = Events()
+        self._app = serve.get_replica_context().app_name
         await self._server.startup()  # kept batches go on where they stopped
 
     def epoch(self) -> int:
@@ -72,8 +77,10 @@ class Control:
         async with self._changing:
             stamped = dataclasses.replace(forwarded, epoch=self._forwarder.epoch)
             try:
-                answer = cast(DeploymentResponseGenerator[Message], self._engine.remote(stamped))
-                messages = [m async for m in answer]
+                answer = cast(
+                    DeploymentResponseGenerator[list[Message]], self._engine.remote(stamped)
+                )
+                messages = [m async for batch in answer for m in batch]
             except LOST as exc:
                 log.warning("a replica was lost during %s: %s", forwarded.path, exc)
                 await self._move(None)  # it may have stored the change: catch up anyway
@@ -90,6 +97,22 @@ class Control:
             messages[0] = {**start, "headers": [*kept, (EPOCH, str(epoch).encode())]}
             return epoch, messages
 
+    async def everywhere(self, forwarded: Forwarded) -> list[Message]:
+        """An operation every live replica answers (routes.EVERY), the answers merged."""
+        live = await asyncio.to_thread(self._engine_replicas)
+        asked = [dataclasses.replace(forwarded, replica=name) for name in live]
+        answers = await asyncio.gather(*(self._forwarder.collected(a, EVERY_S) for a in asked))
+        found = [json.loads(body) for status, body in filter(None, answers) if status == 200]
+        merged = EVERY[forwarded.operation](found)
+        return _answer(200, json.dumps(merged).encode(), {})
+
+    def _engine_replicas(self) -> list[str]:
+        """The engine replicas alive now, from Ray's named actors
+        (`SERVE_REPLICA::<app>#EngineReplica#<replica id>`)."""
+        prefix = f"SERVE_REPLICA::{self._app}#EngineReplica#"
+        named = ray.util.list_named_actors(all_namespaces=True)
+        return [n["name"].removeprefix(prefix) for n in named if n["name"].startswith(prefix)]
+
     async def publish(self, events: list[Published]) -> bool:
         """A replica's events (relay.py); whether an ingress still listens."""
         return await self._events.publish(events)
@@ -105,13 +128,13 @@ class Control:
     def leave_events(self, listener: str) -> None:
         self._events.leave(listener)
 
-    async def serve(self, forwarded: Forwarded) -> AsyncIterator[Message]:
+    async def serve(self, forwarded: Forwarded) -> AsyncIterator[list[Message]]:
         """The control's own server's answer: files and batches."""
         scope = inprocess.scope_of(
             forwarded.method, forwarded.path, forwarded.query, forwarded.headers
         )
-        async for message in inprocess.exchange(self._server, scope, forwarded.body):
-            yield message
+        async for messages in inprocess.exchange(self._server, scope, forwarded.body):
+            yield messages
 
     async def _move(self, session: tuple[str, bytes] | None) -> None:
         epoch = self._epochs.moved(session)

@@ -14,6 +14,7 @@ replica to take it, `503 replica_unavailable` with `Retry-After`. Never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -29,6 +30,7 @@ from ..errors import ApiError
 from ..http.body import BODY_KEY
 from ..http.sse import data
 from ..request_context import HEADER, current
+from ..serving.scheduler import backgrounded
 from . import relay
 from .affinity import affinity
 from .routes import Target, target
@@ -85,7 +87,11 @@ class Forwarder:
             return functools.partial(self._to_engine, name)
         if where is Target.EVENTS:
             return relay.listened(self._control, self._info)
-        send_on = self._to_operator if where is Target.OPERATOR else self._to_batches
+        send_on = {
+            Target.OPERATOR: self._to_operator,
+            Target.BATCHES: self._to_batches,
+            Target.EVERY: self._to_every,
+        }[where]
         return functools.partial(send_on, name)
 
     def learn(self, epoch: int) -> None:
@@ -113,6 +119,7 @@ class Forwarder:
             epoch=self.epoch,
             operation=operation,
             affinity=affinity(scope.get(BODY_KEY)),
+            background=backgrounded(),
         )
 
     async def _to_engine(self, operation: str, scope: Scope, receive: Receive, send: Send) -> None:
@@ -139,6 +146,37 @@ class Forwarder:
         self.learn(epoch)
         for message in messages:
             await send(message)
+
+    async def _to_every(self, operation: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """An operation every replica answers: the control sends it to each."""
+        assert self._control is not None
+        forwarded = await self._forwarded(operation, scope, receive)
+        try:
+            messages = await self._control.options(method_name="everywhere").remote(forwarded)
+        except LOST as exc:
+            log.warning("the control was lost: %s", exc)
+            raise unavailable() from None
+        for message in messages:
+            await send(message)
+
+    async def collected(self, forwarded: Forwarded, within_s: float) -> tuple[int, bytes] | None:
+        """One replica's whole answer to `forwarded` (its status and body), or None when no
+        replica answered within `within_s`."""
+
+        async def whole() -> tuple[int, bytes]:
+            status, body = 500, []
+            async for message in _messages(self._engine.remote(forwarded)):
+                if message["type"] == "http.response.start":
+                    status = int(message["status"])
+                else:
+                    body.append(message.get("body", b""))
+            return status, b"".join(body)
+
+        try:
+            return await asyncio.wait_for(whole(), within_s)
+        except (TimeoutError, *LOST) as exc:
+            log.info("no answer from replica %s: %r", forwarded.replica, exc)
+            return None
 
     async def _relay(
         self,
@@ -170,8 +208,10 @@ class Forwarder:
 
 
 async def _messages(stream: Any) -> AsyncIterator[Message]:
-    async for message in stream:
-        yield message
+    """The messages of a replica's answer, which come in lists."""
+    async for batch in stream:
+        for message in batch:
+            yield message
 
 
 async def _cut(send: Send, streamed: bool) -> None:

@@ -1,10 +1,17 @@
 """`miserver cluster`: a local Ray head with the cluster deployed on it, until stopped.
 
-It starts Ray on this machine (or joins the one at `--address`), starts Serve's
-HTTP proxy at `--host`/`--port`, deploys `miserver.cluster:app` with the given
-`serve` flags, and tears everything down on SIGINT or SIGTERM. A KubeRay
-RayService or `serve run` deploys the same application from a config file
-instead (docs/CLUSTER.md).
+It starts Ray on this machine (or joins the one at `--address`), deploys
+`miserver.cluster:app` with the given `serve` flags, and tears everything down
+on SIGINT or SIGTERM. A KubeRay RayService or `serve run` deploys the same
+application from a config file instead (docs/CLUSTER.md).
+
+With one ingress replica (the default), that replica serves `--host`/`--port`
+itself (Ray Serve's direct ingress), in Serve's throughput-optimized mode: a
+request crosses one handle, ingress to engine replica, instead of two (Serve's
+HTTP proxy to the ingress, then the ingress to the replica), which is most of
+what the cluster adds to a request's time to its first token (BENCHMARKS.md).
+With several, Serve's HTTP proxy listens at `--host`/`--port` and spreads
+requests over them.
 """
 
 from __future__ import annotations
@@ -35,15 +42,33 @@ class Layout:
     address: str | None = None  # a running Ray cluster's; None: start a local head
 
 
+def direct(layout: Layout) -> dict[str, str]:
+    """Ray Serve's settings (its environment) for the ingress replica to serve the port."""
+    return {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+        "RAY_SERVE_DEFAULT_HTTP_HOST": layout.host,
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(layout.port),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(layout.port + 1),
+        "RAY_SERVE_PORT_QUARANTINE_S": "0",  # a restarted ingress takes its port back
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",  # a stop waits 2 s, not 30
+    }
+
+
 def run(layout: Layout, serve_args: Sequence[str]) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    # the local head's processes, Serve's proxy among them, inherit this environment
+    # the local head's processes, Serve's among them, inherit this environment
     os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", CALLBACK)
+    if layout.ingress_replicas == 1:
+        os.environ.update(direct(layout))
     ray.init(address=layout.address, include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": layout.host, "port": layout.port})
+        if layout.ingress_replicas == 1:  # Serve's own proxy on a loopback port of its choice
+            serve.start(proxy_location="Disabled", http_options={"host": "127.0.0.1", "port": 0})
+        else:
+            serve.start(http_options={"host": layout.host, "port": layout.port})
         application = app(
             {
                 "serve_args": [*serve_args, "--host", layout.host, "--port", str(layout.port)],

@@ -1,14 +1,14 @@
 """Which replica takes a request: the longest prefix it holds, its steering set, its load.
 
 The rule the cluster's router (router.py) applies and the simulation
-(tools/cluster_sim.py) measures, kept free of Ray:
+(tools/bench/cluster_sim.py) measures, kept free of Ray:
 
 1. Replicas more than `SLACK` requests busier than the least busy one are left
    out: affinity never piles a queue onto one replica while another idles.
-2. Of the rest, the one holding the longest prefix of the prompt comes first
-   (its prompt cache restores it instead of a prefill), then one already
-   running the request's steering set (its rows batch together), then the
-   least busy.
+2. Of the rest, those holding the longest prefix of the prompt come first
+   (their prompt cache restores it instead of a prefill), and of those, the
+   ones that ran the request's steering set lately (its rows batch together);
+   Serve takes the least busy of them.
 3. With no prefix held and no steering set shared anywhere, power of two
    choices: two replicas drawn at random, the less busy first.
 
@@ -40,11 +40,19 @@ def ranked(candidates: Sequence[Candidate], rng: random.Random | None = None) ->
         return []
     least = min(c.load for c in candidates)
     eligible = [c for c in candidates if c.load <= least + SLACK]
+    rng = rng or random.Random()
     if not any(c.held or c.same_steering for c in eligible):
-        return [two_choices(candidates, rng or random.Random())]
-    order = sorted(eligible, key=lambda c: (-c.held, not c.same_steering, c.load))
-    rest = sorted((c for c in candidates if c not in eligible), key=lambda c: c.load)
-    return [[order[0].replica], [c.replica for c in [*order[1:], *rest]]]
+        return [two_choices(candidates, rng)]
+    best = max((c.held, c.same_steering) for c in eligible)
+    first = [c for c in eligible if (c.held, c.same_steering) == best]
+    rng.shuffle(first)  # equals in random order: no replica is everyone's first
+    first.sort(key=lambda c: c.load)
+    rest = sorted((c for c in candidates if c not in first), key=lambda c: c.load)
+    return (
+        [[c.replica for c in first], [c.replica for c in rest]]
+        if rest
+        else [[c.replica for c in first]]
+    )
 
 
 def two_choices(candidates: Sequence[Candidate], rng: random.Random) -> list[str]:

@@ -13,6 +13,7 @@ A replica Ray restarts after a crash catches up the same way before it serves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from starlette.types import Message
 
 from ..app import Server
 from ..http import inprocess
+from ..serving.scheduler import in_background
 from ..store.epochs import EpochStore
 from . import options, relay
 from .wire import EPOCH, REPLICA, Forwarded
@@ -59,18 +61,36 @@ class EngineReplica:
     def epoch(self) -> int:
         return self._applied.epoch
 
-    async def serve(self, forwarded: Forwarded) -> AsyncIterator[Message]:
-        """The server's answer to `forwarded`, message by message."""
+    async def serve(self, forwarded: Forwarded) -> AsyncIterator[list[Message]]:
+        """The server's answer to `forwarded`, its messages in lists as they come (each item
+        crossing a handle costs, so what is ready crosses together)."""
         if forwarded.epoch > self._applied.epoch:
             await self.catch_up(forwarded.epoch)
         scope = inprocess.scope_of(
             forwarded.method, forwarded.path, forwarded.query, forwarded.headers
         )
-        async for message in inprocess.exchange(self._server, scope, forwarded.body):
-            if message["type"] == "http.response.start":
-                marks = [(REPLICA, self.name.encode()), (EPOCH, str(self.epoch).encode())]
-                message = {**message, "headers": [*message.get("headers", []), *marks]}
-            yield message
+        # a Batch API line asks in the background here as it would on the control's server
+        with in_background() if forwarded.background else contextlib.nullcontext():
+            held: list[Message] = []  # a stream's start waits for its first event
+            async for messages in inprocess.exchange(self._server, scope, forwarded.body):
+                ready = [*held, *map(self._marked, messages)]
+                held = ready if all(m["type"] == "http.response.start" for m in ready) else []
+                if not held:
+                    yield ready
+            if held:
+                yield held
+
+    async def answer(self, forwarded: Forwarded) -> list[Message]:
+        """The server's whole answer to `forwarded` at once (a reply that is not a stream:
+        one call through the handle costs less than a stream of one item)."""
+        return [m async for batch in self.serve(forwarded) for m in batch]
+
+    def _marked(self, message: Message) -> Message:
+        """A response's start with X-miLLM-Replica and X-miLLM-Epoch added."""
+        if message["type"] != "http.response.start":
+            return message
+        marks = [(REPLICA, self.name.encode()), (EPOCH, str(self.epoch).encode())]
+        return {**message, "headers": [*message.get("headers", []), *marks]}
 
     async def catch_up(self, epoch: int) -> None:
         """This replica's state brought to `epoch` (or later) from the shared database."""
@@ -87,10 +107,6 @@ class EngineReplica:
                 self._applied.session = record.epoch
             self._server.reload(epoch)
             self._applied.epoch = epoch
-
-    async def record_routing_stats(self) -> dict[str, Any]:
-        """What the router may read of this replica (Ray Serve asks periodically)."""
-        return {"epoch": self._applied.epoch}
 
     def _controller(self) -> Any:
         if self._control is None:

@@ -6,11 +6,14 @@ of the prompt it remembers sending to a replica (that replica's prompt cache
 holds it), then a replica that ran the same steering set in the last
 `STEERING_WINDOW_S` seconds, then load (Serve's cached queue lengths); with no
 affinity anywhere, power of two choices. A request naming its replica
-(`Forwarded.replica`) goes only there.
+(`Forwarded.replica`, an operation every replica answers) goes only there, or,
+when that replica is gone, wherever Serve's default would send it (it must not
+wait for a replica that will not come back).
 
 What it remembers is what it routed: up to `MAX_PREFIXES` prefix hashes, the
-oldest forgotten first. A replica that died is dropped by Serve from the
-candidates, and its hashes are forgotten as they are met.
+oldest forgotten first, each with every replica it went to in the last
+`HELD_S` seconds (a system prompt many conversations share is held by many
+replicas). A replica that died is dropped by Serve from the candidates.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .placement import Candidate, ranked
 from .wire import Forwarded
 
 MAX_PREFIXES = 100_000
+HELD_S = 600.0  # how long a replica is taken to hold a prefix it was sent
 STEERING_WINDOW_S = 10.0
 
 
@@ -44,7 +48,8 @@ def _forwarded(pending: PendingRequest | None) -> Forwarded | None:
 
 class SteeringRouter(FIFOMixin, RequestRouter):
     def initialize_state(self, **kwargs: Any) -> None:
-        self._held: OrderedDict[str, str] = OrderedDict()  # prefix hash -> replica
+        # prefix hash -> the replicas it was sent to -> when
+        self._held: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._steering: dict[str, dict[str, float]] = {}  # replica -> steering hash -> when
         self._rng = random.Random()
 
@@ -57,7 +62,9 @@ class SteeringRouter(FIFOMixin, RequestRouter):
         forwarded = _forwarded(pending_request)
         if forwarded is not None and forwarded.replica is not None:
             named = by_id.get(forwarded.replica)
-            return [[named]] if named is not None else []
+            if named is not None:
+                return [[named]]
+            forwarded = None
         candidates = [self._candidate(name, r, forwarded) for name, r in by_id.items()]
         return [[by_id[name] for name in rank] for rank in ranked(candidates, self._rng)]
 
@@ -67,13 +74,14 @@ class SteeringRouter(FIFOMixin, RequestRouter):
         load = self.replica_queue_len_cache.get(replica.replica_id) or 0
         if forwarded is None:
             return Candidate(name, load)
-        held = 0
+        now, held = time.monotonic(), 0
         for depth, piece in enumerate(forwarded.affinity.prefix, start=1):
-            if self._held.get(piece) == name:
+            sent = self._held.get(piece, {}).get(name)
+            if sent is not None and now - sent < HELD_S:
                 held = depth
         steering = forwarded.affinity.steering
         when = self._steering.get(name, {}).get(steering) if steering else None
-        recent = when is not None and time.monotonic() - when < STEERING_WINDOW_S
+        recent = when is not None and now - when < STEERING_WINDOW_S
         return Candidate(name, load, held, recent)
 
     def on_request_routed(
@@ -82,9 +90,9 @@ class SteeringRouter(FIFOMixin, RequestRouter):
         forwarded = _forwarded(pending_request)
         if forwarded is None:
             return
-        name = replica_id.unique_id
+        name, now = replica_id.unique_id, time.monotonic()
         for piece in forwarded.affinity.prefix:
-            self._held[piece] = name
+            self._held.setdefault(piece, {})[name] = now
             self._held.move_to_end(piece)
         while len(self._held) > MAX_PREFIXES:
             self._held.popitem(last=False)

@@ -9,11 +9,15 @@ OPERATOR  a change of the operator's state (steering, profiles, circuits,
 BATCHES   the control's own server: files and batches, whose lines it runs
           through the router as requests of their own
 EVENTS    the ingress's own relay of every replica's events (relay.py)
+EVERY     sent to every live replica by the control, the answers merged
+          (`/api/cancel`: whichever replica runs the generation stops it)
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from typing import Any
 
 
 class Target(enum.Enum):
@@ -21,6 +25,7 @@ class Target(enum.Enum):
     OPERATOR = "operator"
     BATCHES = "batches"
     EVENTS = "events"
+    EVERY = "every"
 
 
 OPERATOR = frozenset(
@@ -69,6 +74,10 @@ BATCHES = frozenset(
 )
 # the session's model: a replica that catches up loads what the last of these asked
 SESSION = frozenset({"load", "unload"})
+# operations every replica answers, and how their JSON answers merge into one
+EVERY: dict[str, Callable[[list[dict[str, Any]]], dict[str, Any]]] = {
+    "cancel": lambda found: {"cancelled": any(bool(f.get("cancelled")) for f in found)},
+}
 
 
 def target(operation_id: str) -> Target:
@@ -80,4 +89,6 @@ def target(operation_id: str) -> Target:
         return Target.BATCHES
     if name == "events":
         return Target.EVENTS
+    if name in EVERY:
+        return Target.EVERY
     return Target.ENGINE

@@ -50,6 +50,7 @@ class Forwarded:
     operation: str = ""  # the spec's operationId
     affinity: Affinity = NONE
     replica: str | None = None
+    background: bool = False  # a Batch API line's: behind interactive requests, preemptible
 
 
 def kept_headers(headers: Sequence[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:

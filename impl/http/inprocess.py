@@ -80,10 +80,14 @@ def scope_of(
     }
 
 
-async def exchange(app: ASGIApp, scope: dict[str, Any], body: bytes) -> AsyncIterator[Message]:
-    """Run `app` on one request and yield what it sends, as it sends it (a stream's events
-    one by one). Closing the iterator early is the client leaving: the app's `receive`
-    answers `http.disconnect`, and the app is cancelled if it does not end by itself."""
+async def exchange(
+    app: ASGIApp, scope: dict[str, Any], body: bytes
+) -> AsyncIterator[list[Message]]:
+    """Run `app` on one request and yield what it sends as it sends it, in lists: all it
+    sent since the last one (a JSON reply's start and body in one list, a stream's events
+    one by one while they come apart). Closing the iterator early is the client leaving:
+    the app's `receive` answers `http.disconnect`, and the app is cancelled if it does not
+    end by itself."""
     sent: asyncio.Queue[Message | None] = asyncio.Queue()
     left = asyncio.Event()
     pending = [{"type": "http.request", "body": body, "more_body": False}]
@@ -102,8 +106,15 @@ async def exchange(app: ASGIApp, scope: dict[str, Any], body: bytes) -> AsyncIte
 
     task = asyncio.create_task(run())
     try:
-        while (message := await sent.get()) is not None:
-            yield message
+        ended = False
+        while not ended:
+            batch = [await sent.get()]
+            while not sent.empty():
+                batch.append(sent.get_nowait())
+            ended = batch[-1] is None
+            found = [m for m in batch if m is not None]
+            if found:
+                yield found
         await task  # its exception, if it raised one
     finally:
         left.set()

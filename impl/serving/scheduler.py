@@ -71,6 +71,11 @@ def in_background() -> Iterator[Background]:
         _background.reset(token)
 
 
+def backgrounded() -> bool:
+    """Whether this code runs `in_background` (a cluster sends the mark on with a line)."""
+    return _background.get() is not None
+
+
 @dataclass(eq=False, slots=True)
 class Ticket:
     """One request's place: waiting, then holding the slot, then done."""

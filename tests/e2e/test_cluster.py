@@ -11,6 +11,7 @@ burst costs no 500, and the cluster serves from two replicas again within 60 s.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import os
 import signal
@@ -354,3 +355,32 @@ def test_a_replica_killed_during_a_burst_costs_no_500(
         )
         if response.status_code == 200:
             seen.add(response.headers[REPLICA])
+
+
+def test_cancel_stops_the_generation_on_whichever_replica_runs_it(
+    cluster: LiveServer, v1: httpx.Client, api: httpx.Client
+) -> None:
+    """LOC-CANCEL-01..04 through the cluster: `/api/cancel` reaches every live replica, so
+    the one running the generation stops it at its next token; idle, it answers false."""
+    body = {
+        "model": GGUF_ID,
+        "messages": [{"role": "user", "content": "Count from one to a thousand."}],
+        "max_tokens": 2000,
+        "ignore_eos": True,  # long enough to be running when the cancel comes
+        "stream": True,
+    }
+    with v1.stream("POST", "/chat/completions", json=body) as stream:
+        lines = stream.iter_lines()
+        chunks = [line for line in itertools.islice(lines, 12) if line.startswith("data: {")]
+        assert chunks
+        cancelled = api.post("/cancel", headers=JSON)
+        assert cancelled.status_code == 200 and cancelled.json() == {"cancelled": True}
+        rest = [line for line in lines if line.startswith("data: {")]
+    reasons = [
+        json.loads(line[6:])["choices"][0].get("finish_reason")
+        for line in rest
+        if '"choices": [{' in line
+    ]
+    assert "cancelled" in reasons
+    idle = api.post("/cancel", headers=JSON)
+    assert idle.status_code == 200 and idle.json() == {"cancelled": False}

@@ -69,7 +69,7 @@ def test_the_steering_set_is_hashed_from_the_bodys_own_fields() -> None:
 def test_the_longest_prefix_wins_then_the_steering_set_then_load() -> None:
     """Item 4: prefix first, same steering set next, the least busy last."""
     held = [Candidate("a", 1, held=1), Candidate("b", 2, held=3), Candidate("c", 0)]
-    assert ranked(held) == [["b"], ["a", "c"]]
+    assert ranked(held) == [["b"], ["c", "a"]]
     steered = [Candidate("a", 0), Candidate("b", 1, same_steering=True)]
     assert ranked(steered)[0] == ["b"]
     both = [Candidate("a", 0, held=2), Candidate("b", 0, held=2, same_steering=True)]
@@ -137,6 +137,8 @@ def test_every_change_of_operator_state_goes_through_the_control() -> None:
             assert where is routes.Target.BATCHES and path.startswith("/v1/"), name
         elif name == "events":
             assert where is routes.Target.EVENTS
+        elif name in routes.EVERY:
+            assert where is routes.Target.EVERY and name in ENGINE_CHANGES
         elif path.startswith("/api/") and method != "GET":
             assert (where is routes.Target.OPERATOR) != (name in ENGINE_CHANGES), name
         else:
@@ -168,3 +170,14 @@ def test_the_serve_config_builds_the_application() -> None:
     serve_args = application.args["serve_args"]
     host = serve_args[serve_args.index("--host") + 1]
     assert config.http_options.host == host  # the ingress checks the Host it is reached by
+
+
+def test_equals_share_the_first_rank_in_random_order() -> None:
+    """Replicas that all hold a shared system prompt are all first, least busy first, and
+    no one of them is always first among equals (no hot spot)."""
+    rng = random.Random(3)
+    equals = [Candidate(name, 0, held=1, same_steering=True) for name in "abcd"]
+    firsts = {ranked(equals, rng)[0][0] for _ in range(40)}
+    assert firsts == set("abcd")
+    loaded = [Candidate("a", 1, held=1), Candidate("b", 0, held=1), Candidate("c", 0)]
+    assert ranked(loaded, rng) == [["b", "a"], ["c"]]
