@@ -93,6 +93,9 @@ def _cluster_flags(cluster: argparse.ArgumentParser) -> None:
         "--engine-cpus", type=float, default=1.0, help="Ray CPUs each engine replica takes"
     )
     cluster.add_argument(
+        "--engine-gpus", type=float, default=0.0, help="Ray GPUs each engine replica takes"
+    )
+    cluster.add_argument(
         "--address", default=None, help="a running Ray cluster to join (default: start one)"
     )
 
@@ -262,7 +265,7 @@ def cluster(args: argparse.Namespace, serve_args: Sequence[str]) -> int:
 
     layout = Layout(
         args.host, args.port, args.engine_replicas, args.ingress_replicas, args.engine_cpus,
-        args.address,
+        args.engine_gpus, args.address,
     )  # fmt: skip
     return run(layout, serve_args)
 

@@ -16,7 +16,8 @@ Deployments (docs/CLUSTER.md):
 Arguments (the config's `args`): `serve_args`, the flags of `miserver serve` every
 deployment takes (the same data dir for all: it holds the shared database);
 `engine_replicas` (2), `ingress_replicas` (1), `engine_cpus` (1, Ray's CPUs per
-engine replica), `max_ongoing_requests` (64 per engine replica).
+engine replica), `engine_gpus` (0, Ray's GPUs per engine replica: each sees its own as
+`cuda:0`), `max_ongoing_requests` (64 per engine replica).
 
 Nothing outside this package imports Ray: the embedded server never does. Within it,
 `affinity`, `placement`, `routes` and `relay` do not either (tools/bench/cluster_sim.py

@@ -25,7 +25,10 @@ def app(args: Mapping[str, Any]) -> Application:
         name="EngineReplica",
         num_replicas=int(args.get("engine_replicas", 2)),
         max_ongoing_requests=int(args.get("max_ongoing_requests", 64)),
-        ray_actor_options={"num_cpus": float(args.get("engine_cpus", 1))},
+        ray_actor_options={
+            "num_cpus": float(args.get("engine_cpus", 1)),
+            "num_gpus": float(args.get("engine_gpus", 0)),  # Ray sets CUDA_VISIBLE_DEVICES
+        },
         request_router_config={"request_router_class": ROUTER},
         health_check_period_s=2,
         health_check_timeout_s=30,

@@ -39,6 +39,7 @@ class Layout:
     engine_replicas: int = 2
     ingress_replicas: int = 1
     engine_cpus: float = 1.0
+    engine_gpus: float = 0.0
     address: str | None = None  # a running Ray cluster's; None: start a local head
 
 
@@ -75,6 +76,7 @@ def run(layout: Layout, serve_args: Sequence[str]) -> int:
                 "engine_replicas": layout.engine_replicas,
                 "ingress_replicas": layout.ingress_replicas,
                 "engine_cpus": layout.engine_cpus,
+                "engine_gpus": layout.engine_gpus,
             }
         )
         serve.run(application, name="miserver", route_prefix="/", blocking=False)

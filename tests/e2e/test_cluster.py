@@ -294,6 +294,31 @@ def test_every_replicas_events_reach_the_ingress(cluster: LiveServer, v1: httpx.
         events.wait_for(lambda _: {d["request_id"] for d in events.named("done")} >= set(replicas))
 
 
+def test_probe_results_of_every_replica_reach_the_ingress(
+    api: httpx.Client, v1: httpx.Client, trained_probe: Path
+) -> None:
+    """Issue 49 item 3 (OAI-PROBE-01, OAI-PROBE-07): the French probe imported and armed
+    through the ingress (an operator change) gives verdicts on both replicas at once, and the
+    ingress's /api/probes/events lists each replica's results (rows of the shared
+    database)."""
+    imported = api.post("/probes/import", json={"path": str(trained_probe), "armed": True})
+    assert imported.status_code in (200, 201), imported.text
+    name = imported.json()["name"]
+    try:
+
+        def ask(i: int) -> httpx.Response:
+            return chat(v1, [{"role": "user", "content": f"Où se trouve la gare {i} ?"}])
+
+        for replica, response in from_both(ask).items():
+            assert f'"{name}";' in response.headers["x-millm-probe-verdicts"], replica
+            listed = api.get("/probes/events", params={"request_id": response.json()["id"]})
+            results = [item["result"] for item in listed.json()["data"]]
+            assert results and {r["probe"] for r in results} == {name}, replica  # each window
+            assert {r["request_id"] for r in results} == {response.json()["id"]}
+    finally:
+        assert api.post(f"/probes/{name}/disarm", headers=JSON).status_code == 200
+
+
 def _engine_replicas(cluster: LiveServer) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(cluster.process.pid).children(recursive=True):
@@ -319,14 +344,18 @@ def _one(v1: httpx.Client, i: int) -> tuple[int, str, dict[str, str]]:
 
 
 def test_a_replica_killed_during_a_burst_costs_no_500(
-    cluster: LiveServer, v1: httpx.Client
+    cluster: LiveServer, v1: httpx.Client, api: httpx.Client
 ) -> None:
     """Issue 49 acceptance 4: `kill -9` of an engine replica during 16 requests (half
     streamed): no 500; each answer whole, or 503 replica_unavailable with Retry-After,
     or a stream ended by one error event. Ray restarts the replica, and within 60 s the
-    cluster serves from two replicas again."""
+    cluster serves from two replicas again, the new one at the current epoch (the model
+    lock set before the kill holds on it)."""
     before = _engine_replicas(cluster)
     assert len(before) == 2, before
+    changed = api.put("/steering/lock", json={"model": GGUF_ID})  # the epoch moves
+    assert changed.status_code == 200
+    epoch = int(changed.headers[EPOCH])
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         burst = [pool.submit(_one, v1, i) for i in range(16)]
         time.sleep(1.5)  # the first rows are decoding
@@ -347,14 +376,21 @@ def test_a_replica_killed_during_a_burst_costs_no_500(
         assert time.monotonic() < deadline, "no second replica within 60 s"
         time.sleep(0.5)
     seen: set[str] = set()
-    while len(seen) < 2:
-        assert time.monotonic() < deadline, f"only {seen} answered within 60 s"
-        with_prompt = [{"role": "user", "content": f"Back {len(seen)} {time.monotonic()}"}]
-        response = v1.post(
-            "/chat/completions", json={"model": GGUF_ID, "messages": with_prompt, "max_tokens": 2}
-        )
-        if response.status_code == 200:
-            seen.add(response.headers[REPLICA])
+    try:
+        while len(seen) < 2:
+            assert time.monotonic() < deadline, f"only {seen} answered within 60 s"
+            with_prompt = [{"role": "user", "content": f"Back {len(seen)} {time.monotonic()}"}]
+            response = v1.post(
+                "/chat/completions",
+                json={"model": GGUF_ID, "messages": with_prompt, "max_tokens": 2},
+            )
+            if response.status_code == 200:
+                seen.add(response.headers[REPLICA])
+                # the restarted replica caught up before it served: the lock holds there
+                assert int(response.headers[EPOCH]) >= epoch
+                assert [m["id"] for m in v1.get("/models").json()["data"]] == [GGUF_ID]
+    finally:
+        assert api.delete("/steering/lock", headers=JSON).status_code == 200
 
 
 def test_cancel_stops_the_generation_on_whichever_replica_runs_it(
