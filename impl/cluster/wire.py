@@ -18,7 +18,9 @@ from .affinity import NONE, Affinity
 REPLICA = b"x-millm-replica"
 EPOCH = b"x-millm-epoch"
 # what the next hop sets itself, or must not see: hop-by-hop fields, the browser's origin
-# (the ingress checked it), the cookies, the length (the body is sent whole). The
+# and fetch metadata (the ingress checked them against its own Host and origins: a replica,
+# reached from loopback, would judge them against its own), the cookies, the length (the
+# body is sent whole). The
 # credentials go on: the next hop holds no key (options.py), but the security model reads
 # their presence (a multipart upload needs an Authorization header)
 DROPPED = frozenset(
@@ -30,6 +32,10 @@ DROPPED = frozenset(
         b"content-length",
         b"origin",
         b"referer",
+        b"sec-fetch-site",
+        b"sec-fetch-mode",
+        b"sec-fetch-dest",
+        b"sec-fetch-user",
         b"cookie",
     }
 )

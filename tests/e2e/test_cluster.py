@@ -43,11 +43,13 @@ LIVE = {5: 60.0, 11: -20.0}
 BACK_WITHIN_S = 60.0
 # a system prompt long enough that a second turn's cached prefix is worth restoring
 SYSTEM = "You are a careful assistant for a museum. " * 12
+APP_ORIGIN = "http://app.test"  # an origin the cluster allows (--allow-origin)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[LiveServer]:
     args = ["--engine-replicas", "2", "--engine-cpus", "0", "--saes-dir", str(saes_dir)]
+    args += ["--allow-origin", APP_ORIGIN]
     workdir = tmp_path_factory.mktemp("cluster")
     with live_server(workdir, model=None, args=args, command="cluster") as running:
         yield running
@@ -197,6 +199,20 @@ def test_a_refusal_comes_from_the_ingress_in_the_routes_shape(v1: httpx.Client) 
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "messages"
     assert REPLICA not in response.headers
+
+
+def test_an_allowed_origin_is_judged_once_at_the_ingress(v1: httpx.Client) -> None:
+    """The security model at the door (LOC-SEC): a browser request from an origin the
+    cluster allows is served; the replica, reached from loopback, does not judge its
+    Origin and Sec-Fetch-Site again. A foreign origin is refused at the ingress."""
+    body = {"model": GGUF_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    browser = {"Origin": APP_ORIGIN, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"}
+    allowed = v1.post("/chat/completions", json=body, headers=browser)
+    assert allowed.status_code == 200, allowed.text
+    foreign = v1.post(
+        "/chat/completions", json=body, headers={**browser, "Origin": "http://evil.test"}
+    )
+    assert foreign.status_code == 403 and REPLICA not in foreign.headers
 
 
 @pytest.mark.parametrize(("sent", "echoed"), [("mine-123", True), ("not sane!", False)])

@@ -16,6 +16,7 @@ import yaml
 from miserver.cluster import affinity as aff
 from miserver.cluster import routes
 from miserver.cluster.placement import SLACK, Candidate, ranked
+from miserver.cluster.wire import kept_headers
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec" / "openapi"
@@ -181,3 +182,25 @@ def test_equals_share_the_first_rank_in_random_order() -> None:
     assert firsts == set("abcd")
     loaded = [Candidate("a", 1, held=1), Candidate("b", 0, held=1), Candidate("c", 0)]
     assert ranked(loaded, rng) == [["b", "a"], ["c"]]
+
+
+def test_a_replica_sees_no_browser_metadata_the_ingress_already_judged() -> None:
+    """Item 2: the ingress checked Host, Origin and Sec-Fetch-Site against its own address
+    and `--allow-origin`; a replica, reached from loopback, must not judge them again (an
+    allowed cross-site origin would be refused there). Credentials and content go on."""
+    sent = [
+        (b"host", b"example.org:8000"),
+        (b"origin", b"https://app.example.org"),
+        (b"sec-fetch-site", b"cross-site"),
+        (b"sec-fetch-mode", b"cors"),
+        (b"cookie", b"a=b"),
+        (b"content-length", b"12"),
+        (b"authorization", b"Bearer k"),
+        (b"content-type", b"application/json"),
+        (b"x-request-id", b"r1"),
+    ]
+    assert kept_headers(sent) == (
+        (b"authorization", b"Bearer k"),
+        (b"content-type", b"application/json"),
+        (b"x-request-id", b"r1"),
+    )
