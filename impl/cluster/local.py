@@ -61,10 +61,19 @@ def run(layout: Layout, serve_args: Sequence[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     # the local head's processes, Serve's among them, inherit this environment
-    os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", CALLBACK)
+    serving = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": CALLBACK}
     if layout.ingress_replicas == 1:
-        os.environ.update(direct(layout))
-    ray.init(address=layout.address, include_dashboard=False, log_to_driver=False)
+        serving |= direct(layout)
+    os.environ.update(serving)
+    # a head started here inherits the environment; the job's actors on a cluster joined by
+    # --address get it through the job's runtime environment
+    runtime_env = {"env_vars": serving} if layout.address else None
+    ray.init(
+        address=layout.address,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=runtime_env,
+    )
     try:
         if layout.ingress_replicas == 1:  # Serve's own proxy on a loopback port of its choice
             serve.start(proxy_location="Disabled", http_options={"host": "127.0.0.1", "port": 0})
