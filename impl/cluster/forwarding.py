@@ -100,8 +100,8 @@ class Forwarder:
     async def _info(self) -> dict[str, Any]:
         """An engine replica's `GET /api/info`: the session's state."""
         asked = Forwarded("GET", "/api/info", b"", (), b"", self.epoch, operation="info")
-        body = [m.get("body", b"") async for m in _messages(self._engine.remote(asked))]
-        found: dict[str, Any] = json.loads(b"".join(body))
+        _, body = await _whole(self._engine.remote(asked))
+        found: dict[str, Any] = json.loads(body)
         return found
 
     async def _forwarded(self, operation: str, scope: Scope, receive: Receive) -> Forwarded:
@@ -162,18 +162,8 @@ class Forwarder:
     async def collected(self, forwarded: Forwarded, within_s: float) -> tuple[int, bytes] | None:
         """One replica's whole answer to `forwarded` (its status and body), or None when no
         replica answered within `within_s`."""
-
-        async def whole() -> tuple[int, bytes]:
-            status, body = 500, []
-            async for message in _messages(self._engine.remote(forwarded)):
-                if message["type"] == "http.response.start":
-                    status = int(message["status"])
-                else:
-                    body.append(message.get("body", b""))
-            return status, b"".join(body)
-
         try:
-            return await asyncio.wait_for(whole(), within_s)
+            return await asyncio.wait_for(_whole(self._engine.remote(forwarded)), within_s)
         except (TimeoutError, *LOST) as exc:
             log.info("no answer from replica %s: %r", forwarded.replica, exc)
             return None
@@ -205,6 +195,17 @@ class Forwarder:
             finally:
                 stream.cancel()
         raise unavailable()
+
+
+async def _whole(stream: Any) -> tuple[int, bytes]:
+    """A replica's whole answer: its status and its body."""
+    status, body = 500, []
+    async for message in _messages(stream):
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+        else:
+            body.append(message.get("body", b""))
+    return status, b"".join(body)
 
 
 async def _messages(stream: Any) -> AsyncIterator[Message]:

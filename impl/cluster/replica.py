@@ -80,11 +80,6 @@ class EngineReplica:
             if held:
                 yield held
 
-    async def answer(self, forwarded: Forwarded) -> list[Message]:
-        """The server's whole answer to `forwarded` at once (a reply that is not a stream:
-        one call through the handle costs less than a stream of one item)."""
-        return [m async for batch in self.serve(forwarded) for m in batch]
-
     def _marked(self, message: Message) -> Message:
         """A response's start with X-miLLM-Replica and X-miLLM-Epoch added."""
         if message["type"] != "http.response.start":
