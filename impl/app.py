@@ -42,7 +42,7 @@ from .http.request_id import RequestIdMiddleware
 from .http.security import SecurityMiddleware
 from .http.validation import LocalBodyValidator, OpenAIBodyValidator, OpenAIParameterValidator
 from .local import health
-from .local.config import ConfigService
+from .local.config import CONFIG_KEY, SETTINGS_FILE, ConfigService
 from .local.decisions import DecisionService
 from .local.probe_scores import ProbeScores
 from .local.session import Session
@@ -76,6 +76,7 @@ from .steering.sae import SAERegistry
 from .store.batches import BatchStore
 from .store.circuits import CircuitStore
 from .store.database import Database
+from .store.documents import Document, FileDocument, RowDocument
 from .store.files import FileStore
 from .store.probes import ProbeStore
 from .store.profiles import ProfileStore
@@ -253,6 +254,14 @@ def _downloads(settings: Settings, catalog: Catalog, bus: EventBus) -> Downloads
     )
 
 
+def _config_document(settings: Settings, database: Database) -> Document:
+    """Where the config is kept: `settings.json` in the data dir, or the database's row when
+    the state is in PostgreSQL (every replica of a cluster reads the same one)."""
+    if settings.database_url is not None:
+        return RowDocument(database, CONFIG_KEY)
+    return FileDocument(settings.data_dir / SETTINGS_FILE)
+
+
 def _decisions(
     manager: ModelManager, scheduler: Scheduler, executor: ThreadPoolExecutor, config: ConfigService
 ) -> DecisionService:
@@ -333,7 +342,7 @@ class Server:
         self._preload = preload
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         registry, self._launch_id = _registry(settings)
-        self._db = Database(settings.database_path)
+        self._db = Database(settings.database)
         self.bus = EventBus()
         self._log_events = LogEvents(self.bus)
         logging.getLogger("miserver").addHandler(self._log_events)
@@ -387,7 +396,13 @@ class Server:
         locator = ModelLocator(registry, settings.scan_dirs, settings.models_only)
         session = Session(manager, scheduler, self.bus, launch_id=self._launch_id, locator=locator)
         config = ConfigService.open(
-            settings, self.bus, self._launch_id, manager, locator=locator, flags=flags
+            settings,
+            self.bus,
+            self._launch_id,
+            manager,
+            locator=locator,
+            document=_config_document(settings, self._db),
+            flags=flags,
         )
         return self._state(manager, scheduler, session, config)
 

@@ -137,6 +137,15 @@ class Settings:
         "--data-dir",
         "Where the server keeps its state (settings.json, SQLite).",
     )
+    database_url: str | None = _knob(
+        None,
+        "MISERVER_DATABASE_URL",
+        "--database-url",
+        "A PostgreSQL DSN (postgresql://user:password@host/db) to keep the server's state in, "
+        "instead of SQLite in the data dir: for a cluster whose replicas span machines "
+        "(docs/CLUSTER.md). Needs the `postgres` extra.",
+        shown=False,
+    )
     cache_dir: Path = _knob(
         Path(platformdirs.user_cache_dir("miserver")),
         "MISERVER_CACHE_DIR",
@@ -334,6 +343,12 @@ class Settings:
     @property
     def database_path(self) -> Path:
         return self.data_dir / "miserver.sqlite3"
+
+    @property
+    def database(self) -> Path | str:
+        """Where the server's state lives: the PostgreSQL DSN when one is given, else the
+        SQLite file in the data dir (store/database.py)."""
+        return self.database_url if self.database_url is not None else self.database_path
 
 
 def documented() -> list[tuple[str, str | None, str | None, str]]:

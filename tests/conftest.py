@@ -21,6 +21,7 @@ from miserver.engines.transformers import TransformersEngine, load_transformers_
 from miserver.models.registry import embedded_default
 from miserver.settings import Settings
 from miserver.steering.sae import SAE, load_sae
+from tests.postgres import PostgresServer
 from tools import probe_train, sae_train
 
 MODEL_ID = "SmolLM2-135M-Instruct"
@@ -90,6 +91,24 @@ def client(model_server: Server) -> Iterator[TestClient]:
     """The real SmolLM2 served in process (loaded once per session)."""
     with LocalClient(model_server, raise_server_exceptions=False) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the tests' own, started once per worker when a test asks."""
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a store's database is, once each way (store/database.py): a SQLite file, and
+    a fresh PostgreSQL database's DSN."""
+    if request.param == "sqlite":
+        return tmp_path / "data" / "miserver.sqlite3"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.fresh()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """Everything CI runs, behind one command: `python -m tools.check`.
 
 ruff format --check, ruff check, the layering check, the codegen and
-published-schema checks, Debian's chromium installed when missing
-(tools/browser.py), then pytest (warnings are errors) with its slowest tests
+published-schema checks, Debian's chromium and PostgreSQL installed when missing
+(tools/debian.py), then pytest (warnings are errors) with its slowest tests
 listed, and mypy (strict on impl/) beside it at the lowest priority: mypy is one
 thread for about a minute, and the tests leave a core idle about a fifth of their
 time (servers starting, streams paced), so running it alongside saves most of
@@ -40,7 +40,7 @@ STEPS: list[tuple[str, list[str]]] = [
     ("layering", [PY, "-m", "tools.layering"]),
     ("codegen", [PY, "-m", "tools.codegen", "--check"]),
     ("schemas", [PY, "-m", "tools.schemas", "--check"]),
-    ("browser", [PY, "-m", "tools.browser"]),  # Debian's chromium for the UI tests
+    ("debian", [PY, "-m", "tools.debian"]),  # chromium (UI tests), PostgreSQL (store tests)
     ("types", [PY, "-m", "tools.typecheck"]),  # started, then run beside the tests (BESIDE)
     (
         "tests",

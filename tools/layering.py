@@ -199,6 +199,7 @@ DECLARED = {
     "miserver": ("dependencies",),
     "miserver.conformance": ("dependencies", "conformance"),
     CLUSTER: ("dependencies", "cluster"),
+    "miserver.store.database": ("dependencies", "postgres"),  # psycopg, given a DSN only
 }
 # import name -> distribution name where they differ (case, `_` and `-` are normalised)
 DISTRIBUTIONS = {

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
@@ -102,9 +101,16 @@ class Control:
         live = await asyncio.to_thread(self._engine_replicas)
         asked = [dataclasses.replace(forwarded, replica=name) for name in live]
         answers = await asyncio.gather(*(self._forwarder.collected(a, EVERY_S) for a in asked))
-        found = [json.loads(body) for status, body in filter(None, answers) if status == 200]
-        merged = EVERY[forwarded.operation](found)
-        return _answer(200, json.dumps(merged).encode(), {})
+        found = [
+            (name, answer[1])
+            for name, answer in zip(live, answers, strict=True)
+            if answer is not None and answer[0] == 200
+        ]
+        refused = [answer for answer in answers if answer is not None and answer[0] != 200]
+        if refused and not found:  # every replica refused it (metrics off): its refusal
+            return _answer(*refused[0], {})
+        body, media_type = EVERY[forwarded.operation](found)
+        return _answer(200, body, {}, media_type)
 
     def _engine_replicas(self) -> list[str]:
         """The engine replicas alive now, from Ray's named actors
@@ -144,13 +150,15 @@ class Control:
         log.info("cluster epoch %d", epoch)
 
 
-def _answer(status: int, body: bytes, headers: dict[str, str]) -> list[Message]:
+def _answer(
+    status: int, body: bytes, headers: dict[str, str], media_type: str = "application/json"
+) -> list[Message]:
     pairs = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     return [
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), *pairs],
+            "headers": [(b"content-type", media_type.encode()), *pairs],
         },
         {"type": "http.response.body", "body": body, "more_body": False},
     ]

@@ -10,14 +10,17 @@ BATCHES   the control's own server: files and batches, whose lines it runs
           through the router as requests of their own
 EVENTS    the ingress's own relay of every replica's events (relay.py)
 EVERY     sent to every live replica by the control, the answers merged
-          (`/api/cancel`: whichever replica runs the generation stops it)
+          (`/api/cancel`: whichever replica runs the generation stops it;
+          `/v1/metrics`: every replica's, labelled `replica`: exposition.py)
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable
-from typing import Any
+
+from . import exposition
 
 
 class Target(enum.Enum):
@@ -74,9 +77,20 @@ BATCHES = frozenset(
 )
 # the session's model: a replica that catches up loads what the last of these asked
 SESSION = frozenset({"load", "unload"})
-# operations every replica answers, and how their JSON answers merge into one
-EVERY: dict[str, Callable[[list[dict[str, Any]]], dict[str, Any]]] = {
-    "cancel": lambda found: {"cancelled": any(bool(f.get("cancelled")) for f in found)},
+Merge = Callable[[list[tuple[str, bytes]]], tuple[bytes, str]]
+
+
+def _cancelled(answers: list[tuple[str, bytes]]) -> tuple[bytes, str]:
+    found = (json.loads(body) for _, body in answers)
+    merged = {"cancelled": any(bool(f.get("cancelled")) for f in found)}
+    return json.dumps(merged).encode(), "application/json"
+
+
+# operations every replica answers, and how their answers (`(replica, body)` of each 200)
+# merge into one body of a media type
+EVERY: dict[str, Merge] = {
+    "cancel": _cancelled,
+    "metrics": exposition.merged,
 }
 
 

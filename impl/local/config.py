@@ -20,11 +20,8 @@ the person sets it, is theirs: saved, and restored after a restart.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,11 +33,13 @@ from ..models.locator import ModelLocator
 from ..models.manager import ModelManager
 from ..serving.completions.defaults import N_PREDICT_CAP, RequestDefaults
 from ..settings import Settings
+from ..store.documents import Document
 from .params import AUTO, Param, Refused, by_key, table
 
 log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "settings.json"
+CONFIG_KEY = "config"  # its row in the database, where the server has a PostgreSQL DSN
 RANDOM_SEED = 4294967295  # the `seed` parameter's "random per run"
 
 
@@ -90,36 +89,20 @@ def server_defaults(
     return defaults
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: a temp file in the same folder, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
 class ConfigService:
     """GET and PUT /api/config: values, user keys, validation, persistence, events."""
 
     def __init__(
         self,
         defaults: Mapping[str, Any],
-        path: Path,
+        document: Document,
         bus: Publisher,
         manager: ModelManager | None = None,
         *,
         locator: ModelLocator | None = None,
     ) -> None:
         self._defaults = dict(defaults)
-        self._path = path
+        self._document = document
         self._bus = bus
         self._manager = manager
         self._locator = locator
@@ -143,12 +126,14 @@ class ConfigService:
         manager: ModelManager,
         *,
         locator: ModelLocator,
+        document: Document,
         flags: Mapping[str, Any] | None = None,
     ) -> ConfigService:
-        """`flags`: the rows' own launch flags as given (params.launch_values)."""
+        """`flags`: the rows' own launch flags as given (params.launch_values); `document`:
+        where the config is kept (`settings.json` in the data dir, or the database's row
+        when the server has a PostgreSQL DSN: app.py)."""
         defaults = server_defaults(settings, launch_id, flags)
-        path = settings.data_dir / SETTINGS_FILE
-        service = cls(defaults, path, bus, manager, locator=locator)
+        service = cls(defaults, document, bus, manager, locator=locator)
         service.operator_keys = operator_keys(settings, launch_id, flags)
         service.auto_plan_default = settings.auto_plan
         return service
@@ -367,7 +352,7 @@ class ConfigService:
         document: dict[str, Any] = {"values": ordered, "user_keys": list(ordered), "plan": plan}
         if auto_plan is not None:  # only the person's choice is kept
             document["auto_plan"] = auto_plan
-        write_atomic(self._path, json.dumps(document, indent=2).encode("utf-8") + b"\n")
+        self._document.write(json.dumps(document, indent=2) + "\n")
 
     def reload(self) -> None:
         """The stored values read again, where another process of a cluster changed them."""
@@ -376,15 +361,18 @@ class ConfigService:
 
     def _restore(self) -> None:
         try:
-            document = json.loads(self._path.read_text("utf-8"))
-        except FileNotFoundError:
-            return
+            text = self._document.read()
+            if text is None:
+                return
+            document = json.loads(text)
         except (OSError, ValueError) as exc:
-            log.warning("%s unreadable, starting from the defaults: %s", self._path, exc)
+            log.warning("%s unreadable, starting from the defaults: %s", self._document.name, exc)
             return
         stored = document.get("values") if isinstance(document, dict) else None
         if not isinstance(stored, dict):
-            log.warning("%s has no `values` object, starting from the defaults", self._path)
+            log.warning(
+                "%s has no `values` object, starting from the defaults", self._document.name
+            )
             return
         self._user = self._parsed(stored)
         choice = document.get("auto_plan")
@@ -403,7 +391,7 @@ class ConfigService:
             try:
                 found[key] = self._settable(key).parse(value)
             except Refused as exc:
-                log.warning("%s: %s dropped (%s)", self._path, key, exc)
+                log.warning("%s: %s dropped (%s)", self._document.name, key, exc)
         return found
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import ApiError
-from ..store.database import Database
+from ..store.database import PUT_SETTING, Database
 
 KEY = "model_lock"
 
@@ -42,7 +42,7 @@ class ModelLock:
             if model is None:
                 db.execute("DELETE FROM settings_kv WHERE key = ?", (KEY,))
             else:
-                db.execute("INSERT OR REPLACE INTO settings_kv VALUES (?, ?)", (KEY, model))
+                db.execute(PUT_SETTING, (KEY, model))
             self._model = model
 
     def check(self, model_id: str, param: str = "model") -> None:

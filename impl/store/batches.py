@@ -148,14 +148,14 @@ class BatchStore:
         with self._db.transaction() as db:
             row = db.execute(
                 "SELECT COUNT(*), "
-                "COALESCE(SUM(result IS NOT NULL AND NOT failed), 0), "
-                "COALESCE(SUM(result IS NOT NULL AND failed), 0), "
+                "COALESCE(SUM(CASE WHEN result IS NOT NULL AND failed = 0 THEN 1 END), 0), "
+                "COALESCE(SUM(CASE WHEN result IS NOT NULL AND failed = 1 THEN 1 END), 0), "
                 "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
                 "COALESCE(SUM(cached_tokens), 0), COALESCE(SUM(reasoning_tokens), 0) "
                 "FROM batch_lines WHERE batch_id = ?",
                 (batch_id,),
             ).fetchone()
-        return Counts(*row)
+        return Counts(*map(int, row))  # PostgreSQL sums as numeric
 
     def pending(self, batch_id: str) -> list[LineRecord]:
         """The lines still to run, in file order."""

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Database
+from .database import Database, upsert
+
+SAVE = upsert("circuits", ("id",), ("id", "document", "intensity", "active", "created", "updated"))
 
 
 class CircuitNotFound(KeyError):
@@ -49,7 +51,7 @@ class CircuitStore:
             ).fetchone()
             created, active = (float(row[0]), int(row[1])) if row else (now, 0)
             db.execute(
-                "INSERT OR REPLACE INTO circuits VALUES (?, ?, ?, ?, ?, ?)",
+                SAVE,
                 (circuit_id, text, float(intensity), active, created, now),
             )
         return row is None

@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .database import Database
+from .database import PUT_SETTING, Database
 
 EPOCH = "cluster_epoch"
 SESSION = "cluster_session"
+MOVE = (
+    "INSERT INTO settings_kv (key, value) VALUES (?, '1') ON CONFLICT (key) DO UPDATE "
+    "SET value = CAST(CAST(settings_kv.value AS INTEGER) + 1 AS TEXT)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +40,13 @@ class EpochStore:
     def moved(self, session: tuple[str, bytes] | None = None) -> int:
         """The epoch moved by one and stored, with the session's change when it was one."""
         with self._db.transaction() as db:
+            db.execute(MOVE, (EPOCH,))  # in one statement: two controls never take one epoch
             row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (EPOCH,)).fetchone()
-            epoch = (0 if row is None else int(row[0])) + 1
-            db.execute("INSERT OR REPLACE INTO settings_kv VALUES (?, ?)", (EPOCH, str(epoch)))
+            epoch = int(row[0])
             if session is not None:
                 path, body = session
                 record = {"epoch": epoch, "path": path, "body": body.decode("utf-8")}
-                db.execute(
-                    "INSERT OR REPLACE INTO settings_kv VALUES (?, ?)",
-                    (SESSION, json.dumps(record)),
-                )
+                db.execute(PUT_SETTING, (SESSION, json.dumps(record)))
         return epoch
 
     def session(self) -> SessionRecord | None:

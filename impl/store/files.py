@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .database import Database
+from .database import Connection, Database
 
 PURPOSES = ("batch", "batch_output")  # uploaded inputs; outputs and error files made here
 
@@ -49,7 +48,7 @@ class StoredFile:
         }
 
 
-def insert(db: sqlite3.Connection, stored: StoredFile) -> None:
+def insert(db: Connection, stored: StoredFile) -> None:
     """`stored`'s row, in the caller's transaction (its bytes are on disk already)."""
     db.execute(
         "INSERT INTO files (id, filename, purpose, bytes, created) VALUES (?, ?, ?, ?, ?)",

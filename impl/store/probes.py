@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Database
+from .database import Database, upsert
+
+SAVE = upsert("probes", ("name",), ("name", "definition", "weight", "armed", "created", "updated"))
 
 
 class ProbeNotFound(KeyError):
@@ -63,7 +65,7 @@ class ProbeStore:
             row = db.execute("SELECT created FROM probes WHERE name = ?", (name,)).fetchone()
             created = float(row[0]) if row else now
             db.execute(
-                "INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?, ?, ?)",
+                SAVE,
                 (name, text, blob, int(armed), created, now),
             )
         # read back: what a restart would see (a weight rounded to float32 included)

@@ -12,9 +12,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .database import Database
+from .database import PUT_SETTING, Database, upsert
 
 ACTIVE_KEY = "active_profile"
+COLUMNS = (
+    "name", "sae_id", "layer", "features", "description", "created", "updated", "intensity",
+    "intensity_range",
+)  # fmt: skip
+SAVE = upsert("profiles", ("name",), COLUMNS)
 ENVELOPE_MAX = 2.0
 
 
@@ -110,7 +115,7 @@ class ProfileStore:
             row = db.execute("SELECT created FROM profiles WHERE name = ?", (name,)).fetchone()
             created = float(row[0]) if row else now
             db.execute(
-                "INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                SAVE,
                 (
                     name,
                     sae_id,
@@ -162,7 +167,7 @@ class ProfileStore:
                 return
             if db.execute("SELECT 1 FROM profiles WHERE name = ?", (name,)).fetchone() is None:
                 raise ProfileNotFound(name)
-            db.execute("INSERT OR REPLACE INTO settings_kv VALUES (?, ?)", (ACTIVE_KEY, name))
+            db.execute(PUT_SETTING, (ACTIVE_KEY, name))
 
     def active(self) -> Profile | None:
         with self._db.transaction() as db:

@@ -5,7 +5,8 @@ llama.cpp) on loopback, 2 CPUs, with the trained SAEs: every /v1 route through
 the ingress, streams included, with the official SDKs; an operator change made
 through the ingress seen in the next response from both replicas; a second turn
 on the replica holding its prefix; a replica killed with `kill -9` during a
-burst costs no 500, and the cluster serves from two replicas again within 60 s.
+burst costs no 500, and the cluster serves from two replicas again within 60 s. The
+operator's state is in PostgreSQL (`--database-url`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from tests.conftest import GGUF_ID, JSON, SAE_ID
 from tests.e2e.conftest import LiveServer, checked_sdk, live_server
 from tests.events import Events
 from tests.openai_reference import Check
+from tests.postgres import PostgresServer
+from tests.prometheus import samples
 
 pytestmark = pytest.mark.e2e
 
@@ -47,9 +50,14 @@ APP_ORIGIN = "http://app.test"  # an origin the cluster allows (--allow-origin)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, saes_dir: Path) -> Iterator[LiveServer]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, saes_dir: Path, postgres: PostgresServer
+) -> Iterator[LiveServer]:
+    """The operator's state in PostgreSQL, as for replicas on several machines (the default,
+    one SQLite file in the shared data dir, runs the same code on the store's other
+    backend: tests/unit/test_profiles_store.py and the rest run on both)."""
     args = ["--engine-replicas", "2", "--engine-cpus", "0", "--saes-dir", str(saes_dir)]
-    args += ["--allow-origin", APP_ORIGIN]
+    args += ["--allow-origin", APP_ORIGIN, "--database-url", postgres.fresh()]
     workdir = tmp_path_factory.mktemp("cluster")
     with live_server(workdir, model=None, args=args, command="cluster") as running:
         yield running
@@ -271,6 +279,28 @@ def test_the_model_lock_holds_on_both_replicas(api: httpx.Client, v1: httpx.Clie
         assert api.delete("/steering/lock", headers=JSON).status_code == 200
     for replica, response in from_both(lambda _: v1.get("/models")).items():
         assert [m["id"] for m in response.json()["data"]] == everything, replica
+
+
+def test_the_metrics_are_every_replicas_each_labelled_with_it(v1: httpx.Client) -> None:
+    """Issue 49 (the operations issue's /metrics for routing and scaling): /v1/metrics
+    through the ingress holds every engine replica's metrics, each sample labelled with
+    the replica that counted it; the counts grow on the replica that served a request."""
+
+    def served(replica: str) -> float:
+        text = v1.get("/metrics").text
+        found = samples(text, "vllm:request_success_total")
+        return sum(s.value for s in found if s.labels["replica"] == replica)
+
+    replicas = from_both(lambda i: chat(v1, [{"role": "user", "content": f"Count {i}."}]))
+    response = v1.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    running = samples(response.text, "vllm:num_requests_running")
+    assert {s.labels["replica"] for s in running} == set(replicas)
+    name = next(iter(replicas))
+    before = served(name)
+    again = from_both(lambda i: chat(v1, [{"role": "user", "content": f"Again {i}."}]))
+    assert served(name) >= before + 1 and again[name].status_code == 200
 
 
 def test_a_second_turn_lands_on_the_replica_holding_its_prefix(v1: httpx.Client) -> None:

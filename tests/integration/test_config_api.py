@@ -9,17 +9,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+import psycopg
 import pytest
 from starlette.testclient import TestClient
 
 from miserver.app import Server
 from miserver.engines.rows import PREFILL_CHUNK, chunk_of
 from miserver.local import config as config_mod
-from miserver.local.config import SETTINGS_FILE, ConfigService
+from miserver.local.config import CONFIG_KEY, SETTINGS_FILE, ConfigService
 from miserver.local.params import table
 from miserver.models.manager import ModelManager, Resident
 from miserver.settings import Settings
+from miserver.store.documents import FileDocument
 from tests.conftest import JSON, MODEL_ID, LocalClient
+from tests.postgres import PostgresServer
 
 REQUIRED = {"key", "label", "type", "group", "group_label", "level", "scope", "help", "flag"}
 OPTIONAL = {
@@ -271,6 +274,30 @@ def test_the_config_survives_a_restart(settings: Settings) -> None:
     assert config["values"]["n-predict"] == 777  # not frozen by the first run
 
 
+def test_with_a_database_url_the_config_is_a_row_every_server_on_it_reads(
+    settings: Settings, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Issue 49 (the state in PostgreSQL when a DSN is given): the config is kept in the
+    database, not in a settings.json of one machine's data dir, so a server with another
+    data dir on the same database (a replica on another machine) starts with it; a
+    corrupt row is logged and ignored as a corrupt file is (LOC-CONFIG-20)."""
+    on_postgres = replace(settings, database_url=postgres.fresh())
+    with LocalClient(Server(on_postgres, preload=False)) as client:
+        put(client, {"values": {"threads": 3, "top-p": 0.5}, "auto_plan": False})
+    assert not (settings.data_dir / SETTINGS_FILE).exists()
+    elsewhere = replace(on_postgres, data_dir=tmp_path / "elsewhere")
+    with LocalClient(Server(elsewhere, preload=False)) as client:
+        config = client.get("/api/config").json()
+    assert config["user_keys"] == ["threads", "top-p"]
+    assert (config["values"]["threads"], config["values"]["top-p"]) == (3, 0.5)
+    assert on_postgres.database_url is not None
+    with psycopg.connect(on_postgres.database_url, autocommit=True) as db:
+        db.execute("UPDATE settings_kv SET value = '{not json' WHERE key = %s", (CONFIG_KEY,))
+    with LocalClient(Server(elsewhere, preload=False)) as client:
+        config = client.get("/api/config").json()
+    assert config["user_keys"] == [] and config["valid"] is True
+
+
 @pytest.mark.parametrize(
     "text", ["{not json", "[]", '{"values": 3}', '{"values": {"threads": "many", "bogus": 1}}']
 )
@@ -331,7 +358,9 @@ class Manager:
 def _service(tmp_path: Path) -> tuple[ConfigService, Bus, Manager]:
     bus, manager = Bus(), Manager()
     defaults = {param.key: param.default for param in table()} | {"model": "m"}
-    service = ConfigService(defaults, tmp_path / SETTINGS_FILE, bus, cast(ModelManager, manager))
+    service = ConfigService(
+        defaults, FileDocument(tmp_path / SETTINGS_FILE), bus, cast(ModelManager, manager)
+    )
     return service, bus, manager
 
 

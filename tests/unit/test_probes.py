@@ -276,11 +276,11 @@ def test_trace_ids(values: list[str], valid: bool) -> None:
         assert found != "4bf92f3577b34da6a3ce929d0e0e4736" and found != trace_id(values)
 
 
-def test_store_persists_probes_and_pages_results(tmp_path: Path) -> None:
+def test_store_persists_probes_and_pages_results(database_at: Path | str) -> None:
     """Issue 18 item 2: probes (weights included) and their arming survive reopening the
-    database; results page by seq, filter by probe and request, and the oldest past the
-    cap go."""
-    path = tmp_path / "db.sqlite3"
+    database (SQLite and PostgreSQL); results page by seq, filter by probe and request, and
+    the oldest past the cap go."""
+    path = database_at
     store = ProbeStore(Database(path), keep=3)
     admin = ProbeAdmin(store)
     saved, created = admin.put("p", {**LINEAR, "armed": True})

@@ -14,11 +14,12 @@ FEATURES = [{"index": 7, "strength": 2.5}, {"index": 3, "strength": -1.0}]
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "miserver.sqlite3"
+def path(database_at: Path | str) -> Path | str:
+    """A SQLite file, then a PostgreSQL database (store/database.py)."""
+    return database_at
 
 
-def test_profiles_and_the_active_one_survive_a_restart(path: Path) -> None:
+def test_profiles_and_the_active_one_survive_a_restart(path: Path | str) -> None:
     """Issue #4 acceptance: profiles survive a server restart (DECISIONS: SQLite, WAL)."""
     db = Database(path)
     store = ProfileStore(db)
@@ -35,7 +36,7 @@ def test_profiles_and_the_active_one_survive_a_restart(path: Path) -> None:
     assert active is not None and active.name == "plain"
 
 
-def test_replace_keeps_created_and_delete_clears_active(path: Path) -> None:
+def test_replace_keeps_created_and_delete_clears_active(path: Path | str) -> None:
     """A saved name is replaced (created kept); deleting the active profile clears it."""
     store = ProfileStore(Database(path))
     first = store.save("p", "s", 1, [(1, 1.0)])
@@ -73,7 +74,7 @@ def test_replace_keeps_created_and_delete_clears_active(path: Path) -> None:
         "string-index",
     ],
 )
-def test_bad_feature_sets_are_refused_and_change_nothing(path: Path, features: list) -> None:  # type: ignore[type-arg]
+def test_bad_feature_sets_are_refused_and_change_nothing(path: Path | str, features: list) -> None:  # type: ignore[type-arg]
     """A refused save leaves the store as it was."""
     store = ProfileStore(Database(path))
     with pytest.raises(ProfileError):
@@ -81,7 +82,7 @@ def test_bad_feature_sets_are_refused_and_change_nothing(path: Path, features: l
     assert store.list() == []
 
 
-def test_threads_share_the_store(path: Path) -> None:
+def test_threads_share_the_store(path: Path | str) -> None:
     """The server touches the store from several threads."""
     store = ProfileStore(Database(path))
 

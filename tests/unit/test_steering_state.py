@@ -29,11 +29,12 @@ DEFAULT = Bounds.configured(0.5, 2.0)
 
 
 @pytest.fixture
-def live(tmp_path: Path) -> LiveSteering:
+def live(tmp_path: Path, database_at: Path | str) -> LiveSteering:
+    """Live steering on a SQLite file, then on a PostgreSQL database."""
     saes = tmp_path / "saes"
     for name, seed in (("a", 0), ("b", 1)):
         write_sae(saes / name, cfg_for("standard"), weights_for("standard", seed))
-    db = Database(tmp_path / "db.sqlite3")
+    db = Database(database_at)
     state = LiveSteering(
         SAERegistry(saes),
         ProfileStore(db),
