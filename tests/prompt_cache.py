@@ -41,16 +41,27 @@ def prompt(engine: Engine, question: str, system: str = SYSTEM) -> list[int]:
     return engine.render_chat(ChatPrompt(messages))
 
 
+def push(engine: Engine, k: int) -> None:
+    """One prompt of `other`'s answered with one token: its prefill takes a sequence, which
+    is all a test needs of it (pushing a prompt's keys and values out)."""
+    answer(engine, other(engine, k), tokens=1)
+
+
 def other(engine: Engine, k: int) -> list[int]:
     """A prompt sharing only the template's head with `prompt`'s."""
     content = f"Question {k}: what is {k} times {k + 3}? Show the working, step by step."
     return engine.render_chat(ChatPrompt(({"role": "user", "content": content},)))
 
 
-def answer(engine: Engine, ids: Sequence[int], steering: SteeringSource | None = None) -> Answer:
-    """`TOKENS` greedy tokens with their log-probabilities: on the serial path, or on a row
+def answer(
+    engine: Engine,
+    ids: Sequence[int],
+    steering: SteeringSource | None = None,
+    tokens: int = TOKENS,
+) -> Answer:
+    """`tokens` greedy tokens with their log-probabilities: on the serial path, or on a row
     when the engine batches."""
-    params = SamplingParams(max_tokens=TOKENS, temperature=0, logprobs=2)
+    params = SamplingParams(max_tokens=tokens, temperature=0, logprobs=2)
     hooks = Hooks(steering=steering)
     batch = engine.batch
     if batch is None:
@@ -74,7 +85,7 @@ def cold_then_restored(engine: Engine, ids: Sequence[int]) -> tuple[Answer, Answ
     first = answer(engine, ids)
     assert first.cached < 40  # at most the template's head was held
     for k in range(3):
-        answer(engine, other(engine, k))
+        push(engine, k)
     hits = cache.counts.hits
     again = answer(engine, ids)
     assert again.cached == len(ids) - 1

@@ -22,7 +22,7 @@ import pytest
 from miserver.engines.base import Joiner, LoadOptions, SamplingParams
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
 from tests.engines import smollm2_gguf
-from tests.prompt_cache import answer, cold_then_restored, other, prompt
+from tests.prompt_cache import answer, cold_then_restored, prompt, push
 from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
@@ -74,7 +74,7 @@ def test_a_restored_prefix_is_exactly_the_prefix_held() -> None:
         answer(held_engine, a)
         held = answer(held_engine, a)
         answer(restored_engine, a)
-        answer(restored_engine, other(restored_engine, 7))
+        push(restored_engine, 7)
         restored = answer(restored_engine, a)
     finally:
         held_engine.close()

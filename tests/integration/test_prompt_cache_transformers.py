@@ -22,7 +22,7 @@ from miserver.steering.applied import applied_sae, snapshot
 from miserver.steering.sae import SAE
 from miserver.steering.source import FixedSource
 from tests.conftest import cache_dir
-from tests.prompt_cache import TOKENS, answer, cold_then_restored, other, prompt
+from tests.prompt_cache import TOKENS, answer, cold_then_restored, other, prompt, push
 from tools.device_check.engine import stepped
 
 pytestmark = pytest.mark.model
@@ -112,11 +112,11 @@ def test_steered_and_unsteered_prefixes_never_mix(
     a = prompt(engine, "Describe a harbour at dawn.", system)
     with_steering = answer(engine, a, steered)
     for k in range(3):
-        answer(engine, other(engine, 20 + k))
+        push(engine, 20 + k)
     plain = answer(engine, a)
     assert plain.cached < 40  # the steered keys and values were not used
     for k in range(3):
-        answer(engine, other(engine, 30 + k))
+        push(engine, 30 + k)
     again = answer(engine, a, steered)
     assert again.cached == len(a) - 1 and again.tokens == with_steering.tokens
     assert answer(engine, a).cached == len(a) - 1  # its own, unsteered
