@@ -176,7 +176,7 @@ class Forwarder:
     ) -> None:
         for attempt in range(attempts):
             stream: Any = call()
-            started = streamed = False
+            started = streamed = ended = False
             try:
                 async for message in _messages(stream):
                     if message["type"] == "http.response.start":
@@ -186,6 +186,7 @@ class Forwarder:
                         )
                         self.learn(int(header(message["headers"], EPOCH) or 0))
                     await send(message)
+                ended = True
                 return
             except LOST as exc:
                 log.warning("replica lost (try %d of %d): %s", attempt + 1, attempts, exc)
@@ -193,7 +194,8 @@ class Forwarder:
                     await _cut(send, streamed)
                     return
             finally:
-                stream.cancel()
+                if not ended:  # the client left, or the replica was lost: stop its work
+                    stream.cancel()
         raise unavailable()
 
 
