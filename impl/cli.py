@@ -16,6 +16,7 @@ from . import settings as settings_mod
 from .access import StartRefused, access_policy
 from .local import params
 from .request_context import RequestIdFilter
+from .store.database import Database, DatabaseUnavailable
 
 log = logging.getLogger("miserver")
 
@@ -133,7 +134,7 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         server = Server(settings, policy=policy, flags=params.launch_values(args))
-    except CatalogError as exc:  # an operator's --catalog that does not hold
+    except (CatalogError, DatabaseUnavailable) as exc:  # --catalog, --database-url
         log.error("refusing to start: %s", exc)
         return 2
     log.info(
@@ -248,6 +249,13 @@ def schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+def _database_usable(settings: settings_mod.Settings) -> None:
+    """A cluster's PostgreSQL opened (and migrated) once before Ray starts: every deployment
+    opens it, and a DSN that cannot be used is refused here, not in each replica."""
+    if settings.database_url is not None:
+        Database(settings.database_url).close()
+
+
 def cluster(args: argparse.Namespace, serve_args: Sequence[str]) -> int:
     """`miserver cluster`: the `serve` flags checked here first, then Ray started."""
     serve_parser = argparse.ArgumentParser(prog="miserver cluster")
@@ -258,7 +266,8 @@ def cluster(args: argparse.Namespace, serve_args: Sequence[str]) -> int:
     _log_requests(settings.log_level)
     try:
         access_policy(settings)
-    except StartRefused as exc:
+        _database_usable(settings)
+    except (StartRefused, DatabaseUnavailable) as exc:
         log.error("refusing to start: %s", exc)
         return 2
     from .cluster.local import Layout, run

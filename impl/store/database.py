@@ -144,6 +144,11 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 MIGRATION_LOCK = 0x6D69736572766572  # PostgreSQL's advisory lock while a process migrates
 
 
+class DatabaseUnavailable(Exception):
+    """The database of `--database-url` cannot be used: psycopg is missing, or the server
+    refused or could not be reached (the start is refused, naming the flag)."""
+
+
 def is_dsn(where: Path | str) -> bool:
     """Whether `where` names a PostgreSQL database (a DSN) rather than a SQLite file."""
     return isinstance(where, str) and where.startswith(POSTGRES_SCHEMES)
@@ -251,11 +256,21 @@ class _Postgres:
     connection the server dropped is opened again at the next transaction."""
 
     def __init__(self, dsn: str) -> None:
-        import psycopg  # the `postgres` extra: only a server given a DSN needs it
-
+        try:
+            import psycopg  # the `postgres` extra: only a server given a DSN needs it
+        except ImportError:
+            raise DatabaseUnavailable(
+                "--database-url needs psycopg: pip install 'miserver[postgres]'"
+            ) from None
         self._psycopg = psycopg
         self._dsn = dsn
-        self._connect()
+        try:
+            self._connect()
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(
+                f"the PostgreSQL database of --database-url ({_where(psycopg, dsn)}) cannot "
+                f"be used: {str(exc).strip()}"
+            ) from None
 
     def _connect(self) -> None:
         self._connection = self._psycopg.connect(self._dsn, autocommit=True)
@@ -289,6 +304,16 @@ class _Postgres:
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _where(psycopg: Any, dsn: str) -> str:
+    """The DSN's host, port and database, never its password."""
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "a DSN psycopg cannot read"
+    found = (f"{key} {parts[key]}" for key in ("host", "port", "dbname") if parts.get(key))
+    return ", ".join(found) or "no host given"
 
 
 class _PostgresStatements:
