@@ -12,21 +12,14 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
+from tools.bench.common import free_port
 from tools.debian import postgres_bin
 
 USER = "postgres"  # the superuser initdb makes, and the system user that runs it as root
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class PostgresServer:
@@ -40,7 +33,7 @@ class PostgresServer:
         if self._as:
             account = pwd.getpwnam(USER)
             os.chown(self.folder, account.pw_uid, account.pw_gid)
-        self.port = _free_port()
+        self.port = free_port()
         self._names = itertools.count(1)
         data = self.folder / "data"
         self._run("initdb", "-D", str(data), "-U", USER, "--auth=trust", "-E", "UTF8")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import ApiError
-from ..store.database import PUT_SETTING, Database
+from ..store.database import PUT_SETTING, Database, setting
 
 KEY = "model_lock"
 
@@ -28,8 +28,7 @@ class ModelLock:
         """The lock read from the database (at start, and where another process of a cluster
         changed it)."""
         with self._db.transaction() as db:
-            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (KEY,)).fetchone()
-        self._model = None if row is None else str(row[0])
+            self._model = setting(db, KEY)
 
     @property
     def model(self) -> str | None:

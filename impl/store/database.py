@@ -181,6 +181,13 @@ class Connection(Protocol):
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> Cursor: ...
 
 
+def setting(db: Connection, key: str) -> str | None:
+    """The `settings_kv` value of `key` in the caller's transaction (None: not set); the
+    twin of `PUT_SETTING`."""
+    row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 class Database:
     """A migrated database: a SQLite file (`where` a path) or PostgreSQL (`where` a DSN)."""
 

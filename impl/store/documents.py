@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from .database import PUT_SETTING, Database
+from .database import PUT_SETTING, Database, setting
 
 
 class Document(Protocol):
@@ -55,8 +55,7 @@ class RowDocument:
 
     def read(self) -> str | None:
         with self._db.transaction() as db:
-            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (self._key,)).fetchone()
-        return None if row is None else str(row[0])
+            return setting(db, self._key)
 
     def write(self, text: str) -> None:
         with self._db.transaction() as db:

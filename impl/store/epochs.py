@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .database import PUT_SETTING, Database
+from .database import PUT_SETTING, Database, setting
 
 EPOCH = "cluster_epoch"
 SESSION = "cluster_session"
@@ -34,15 +34,16 @@ class EpochStore:
 
     def epoch(self) -> int:
         with self._db.transaction() as db:
-            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (EPOCH,)).fetchone()
-        return 0 if row is None else int(row[0])
+            value = setting(db, EPOCH)
+        return 0 if value is None else int(value)
 
     def moved(self, session: tuple[str, bytes] | None = None) -> int:
         """The epoch moved by one and stored, with the session's change when it was one."""
         with self._db.transaction() as db:
             db.execute(MOVE, (EPOCH,))  # in one statement: two controls never take one epoch
-            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (EPOCH,)).fetchone()
-            epoch = int(row[0])
+            moved = setting(db, EPOCH)
+            assert moved is not None  # MOVE made the row
+            epoch = int(moved)
             if session is not None:
                 path, body = session
                 record = {"epoch": epoch, "path": path, "body": body.decode("utf-8")}
@@ -51,8 +52,8 @@ class EpochStore:
 
     def session(self) -> SessionRecord | None:
         with self._db.transaction() as db:
-            row = db.execute("SELECT value FROM settings_kv WHERE key = ?", (SESSION,)).fetchone()
-        if row is None:
+            value = setting(db, SESSION)
+        if value is None:
             return None
-        record = json.loads(str(row[0]))
+        record = json.loads(value)
         return SessionRecord(int(record["epoch"]), str(record["path"]), record["body"].encode())

@@ -4,7 +4,6 @@ password (issue 49: the state in PostgreSQL when a DSN is given; LOC-SEC-02's ex
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 from miserver import cli
 from miserver.store.database import Database, DatabaseUnavailable
+from tests.e2e.conftest import free_port
 from tests.postgres import PostgresServer
 
 SECRET = "s3cret-pw"
@@ -21,10 +21,7 @@ SECRET = "s3cret-pw"
 
 def _closed_dsn() -> str:
     """A DSN of a port nothing listens on, with a password to keep out of every log."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"postgresql://miserver:{SECRET}@127.0.0.1:{port}/state"
+    return f"postgresql://miserver:{SECRET}@127.0.0.1:{free_port()}/state"
 
 
 def _exit_code(argv: list[str]) -> int:
