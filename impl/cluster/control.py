@@ -45,10 +45,10 @@ EVERY_S = 5.0  # how long an operation sent to every replica waits for each
 
 class Control:
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
-        self, argv: Sequence[str], engine: DeploymentHandle[Any]
+        self, argv: Sequence[str], key: str, engine: DeploymentHandle[Any]
     ) -> None:
         settings, flags = options.parsed(argv, facing=False)
-        self._forwarder = Forwarder(engine, local=frozenset({Target.BATCHES}))
+        self._forwarder = Forwarder(engine, key, local=frozenset({Target.BATCHES}))
         self._engine = engine.options(stream=True, method_name="serve")
         self._server = Server(settings, preload=False, flags=flags, route=self._forwarder.route)
         self._epochs = EpochStore(self._server.database)

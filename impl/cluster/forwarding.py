@@ -3,8 +3,10 @@
 A `Forwarder` is the `Route` (http/operations.py) of the ingress's server and of
 the control's: once Connexion has validated a request, its operation sends it
 on as a `Forwarded` (wire.py), stamped with the highest cluster epoch this
-process has seen, and relays the answer's ASGI messages as they come, a stream's
-events one by one.
+process has seen, and relays the answer as it comes, a stream's events one by
+one. A request for an engine replica goes to the replica Serve's router picks
+(router.py), over HTTP to that replica's own port (hop.py); the control's
+operations go through its handle.
 
 A replica lost before its answer started (killed, restarting) costs the client
 nothing: the request goes to another replica, once. Lost after it started, a
@@ -15,10 +17,11 @@ replica to take it, `503 replica_unavailable` with `Retry-After`. Never a 500.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from ray.exceptions import RayActorError
@@ -33,12 +36,14 @@ from ..request_context import HEADER, current
 from ..serving.scheduler import backgrounded
 from . import relay
 from .affinity import affinity
+from .hop import ENDPOINT, Hop, ReplicaLost
+from .router import PICK, inflight
 from .routes import Target, target
 from .wire import EPOCH, Forwarded, header, kept_headers
 
 log = logging.getLogger(__name__)
 
-LOST = (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError)
+LOST = (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError, ReplicaLost)
 ATTEMPTS = 2  # a request whose replica was lost before it answered goes to one other
 RETRY_AFTER_S = 2
 
@@ -68,11 +73,14 @@ class Forwarder:
     def __init__(
         self,
         engine: DeploymentHandle[Any],
+        key: str,
         control: DeploymentHandle[Any] | None = None,
         *,
         local: frozenset[Target] = frozenset(),
     ) -> None:
         self._engine = engine.options(stream=True, method_name="serve")
+        self._picker = engine.options(method_name="serve")
+        self._hop = Hop(key.encode())
         self._control = control
         self._local = local
         self.epoch = 0  # the highest cluster epoch this process has seen
@@ -124,13 +132,29 @@ class Forwarder:
 
     async def _to_engine(self, operation: str, scope: Scope, receive: Receive, send: Send) -> None:
         forwarded = await self._forwarded(operation, scope, receive)
-        await self._relay(lambda: self._engine.remote(forwarded), send)
+        tried: set[str] = set()  # a second try (its replica was lost) goes elsewhere
+
+        async def answer() -> AsyncGenerator[Message, None]:
+            asked = dataclasses.replace(forwarded, avoid=frozenset(tried))
+            async with self._picker.choose_replica(asked, **PICK) as chosen:
+                name, endpoint = chosen.replica_id, chosen.replica_metadata.get(ENDPOINT)
+            tried.add(name)
+            if not endpoint:
+                raise ReplicaLost(f"replica {name} names no port")
+            inflight[name] += 1
+            try:
+                async for message in self._hop.messages(endpoint, forwarded):
+                    yield message
+            finally:
+                inflight[name] -= 1
+
+        await self._relay(answer, send)
 
     async def _to_batches(self, operation: str, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._control is not None
         forwarded = await self._forwarded(operation, scope, receive)
         serving = self._control.options(stream=True, method_name="serve")
-        await self._relay(lambda: serving.remote(forwarded), send, attempts=1)
+        await self._relay(lambda: _streamed(serving.remote(forwarded)), send, attempts=1)
 
     async def _to_operator(
         self, operation: str, scope: Scope, receive: Receive, send: Send
@@ -170,15 +194,17 @@ class Forwarder:
 
     async def _relay(
         self,
-        call: Callable[[], Any],
+        answer: Callable[[], AsyncGenerator[Message, None]],
         send: Send,
         attempts: int = ATTEMPTS,
     ) -> None:
+        """Each message of `answer()` sent on; a replica lost before it started answering
+        costs a second `answer()`, lost after, the answer's end (`_cut`)."""
         for attempt in range(attempts):
-            stream: Any = call()
-            started = streamed = ended = False
+            stream = answer()
+            started = streamed = False
             try:
-                async for message in _messages(stream):
+                async for message in stream:
                     if message["type"] == "http.response.start":
                         started = True
                         streamed = header(message["headers"], b"content-type").startswith(
@@ -186,16 +212,14 @@ class Forwarder:
                         )
                         self.learn(int(header(message["headers"], EPOCH) or 0))
                     await send(message)
-                ended = True
                 return
             except LOST as exc:
                 log.warning("replica lost (try %d of %d): %s", attempt + 1, attempts, exc)
                 if started:
                     await _cut(send, streamed)
                     return
-            finally:
-                if not ended:  # the client left, or the replica was lost: stop its work
-                    stream.cancel()
+            finally:  # the client left, or the replica was lost: stop its work
+                await stream.aclose()
         raise unavailable()
 
 
@@ -215,6 +239,18 @@ async def _messages(stream: Any) -> AsyncIterator[Message]:
     async for batch in stream:
         for message in batch:
             yield message
+
+
+async def _streamed(stream: Any) -> AsyncGenerator[Message, None]:
+    """A handle's streamed answer as messages; cancelled when left before its end."""
+    ended = False
+    try:
+        async for message in _messages(stream):
+            yield message
+        ended = True
+    finally:
+        if not ended:
+            stream.cancel()
 
 
 async def _cut(send: Send, streamed: bool) -> None:

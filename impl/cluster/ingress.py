@@ -28,10 +28,14 @@ FOLLOW_RETRY_S = 1.0
 
 class Ingress:
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
-        self, argv: Sequence[str], engine: DeploymentHandle[Any], control: DeploymentHandle[Any]
+        self,
+        argv: Sequence[str],
+        key: str,
+        engine: DeploymentHandle[Any],
+        control: DeploymentHandle[Any],
     ) -> None:
         settings, flags = options.parsed(argv, facing=True)
-        self._forwarder = Forwarder(engine, control)
+        self._forwarder = Forwarder(engine, key, control)
         self._control = control
         self._server = Server(
             settings, preload=False, flags=flags, route=self._forwarder.route, batches=False

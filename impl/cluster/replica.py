@@ -1,7 +1,8 @@
 """An engine replica: one engine and its serving core, a whole miserver server in process.
 
-It answers `Forwarded` requests (wire.py) through its own server's ASGI stack
-and streams the messages back, adding `X-miLLM-Replica` and `X-miLLM-Epoch`.
+It answers requests through its own server's ASGI stack, adding `X-miLLM-Replica`
+and `X-miLLM-Epoch`: an ingress's on its own port (hop.py), the control's
+`Forwarded` ones (wire.py) through its handle, the messages streamed back.
 Before it serves a request stamped with a later epoch than its own it catches
 up: it reads the operator's state again from the shared database (the
 control's change is stored before the epoch moves) and, when the session's
@@ -19,14 +20,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ray
 from ray import serve
-from starlette.types import Message
+from starlette.types import Message, Receive, Scope, Send
 
 from ..app import Server
 from ..http import inprocess
 from ..serving.scheduler import in_background
 from ..store.epochs import EpochStore
-from . import options, relay
+from . import hop, options, relay
 from .wire import EPOCH, REPLICA, Forwarded
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,11 @@ class _Applied:
 
 
 class EngineReplica:
-    async def __init__(self, argv: Sequence[str]) -> None:  # type: ignore[misc]  # Serve awaits
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
+        self, argv: Sequence[str], key: str
+    ) -> None:
         settings, flags = options.parsed(argv, facing=False)
+        self._key = key.encode()
         self._server = Server(settings, flags=flags, batches=False)
         self._epochs = EpochStore(self._server.database)
         context = serve.get_replica_context()
@@ -55,7 +60,36 @@ class EngineReplica:
         self._control: Any = None
         self._following = asyncio.create_task(self._follow())
         self._relaying = asyncio.create_task(self._relay())
-        log.info("engine replica %s serving at epoch %d", self.name, self._applied.epoch)
+        address = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self._port = hop.Port(self._http, str(address))
+        endpoint = await self._port.start()
+        log.info(
+            "engine replica %s serving at epoch %d on %s", self.name, self._applied.epoch, endpoint
+        )
+
+    def record_replica_metadata(self) -> dict[str, str]:
+        """What Serve gives the router about this replica: where its port is (hop.py)."""
+        return {hop.ENDPOINT: self._port.endpoint}
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An ingress's request on this replica's port: served at its admitted epoch or
+        later, as a `Forwarded` is."""
+        stamped = hop.admitted(scope["headers"], self._key)
+        if stamped is None:
+            await send({"type": "http.response.start", "status": 403, "headers": []})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        if stamped.epoch > self._applied.epoch:
+            await self.catch_up(stamped.epoch)
+        inner = inprocess.scope_of(
+            scope["method"], scope["path"], scope["query_string"], stamped.headers
+        )
+
+        async def marked(message: Message) -> None:
+            await send(self._marked(message))
+
+        with in_background() if stamped.background else contextlib.nullcontext():
+            await self._server(inner, receive, marked)
 
     @property
     def epoch(self) -> int:

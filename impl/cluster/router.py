@@ -13,14 +13,21 @@ wait for a replica that will not come back).
 What it remembers is what it routed: up to `MAX_PREFIXES` prefix hashes, the
 oldest forgotten first, each with every replica it went to in the last
 `HELD_S` seconds (a system prompt many conversations share is held by many
-replicas). A replica that died is dropped by Serve from the candidates.
+replicas). A replica that died is dropped by Serve from the candidates, and one a
+request's earlier try lost (`Forwarded.avoid`) is passed over while another lives.
+
+The ingress only picks (`PICK`: Serve's `choose_replica` without a reservation)
+and sends the request over HTTP itself (hop.py): Serve then takes the first
+replica of the first rank and tells the router nothing, so the router remembers
+that pick as it ranks it, and reads a replica's load from `inflight`, what this
+process has sent to it and not yet had answered.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from ray.serve.request_router import (
@@ -37,6 +44,10 @@ from .wire import Forwarded
 MAX_PREFIXES = 100_000
 HELD_S = 600.0  # how long a replica is taken to hold a prefix it was sent
 STEERING_WINDOW_S = 10.0
+PICKED = "picked"  # a keyword of a pick-only `choose_replica`: the first of the first rank
+PICK: dict[str, Any] = {"_reserve": False, PICKED: True}  # choose_replica's, for the hop
+# requests this process has in flight to each replica (by its unique id), over the hop
+inflight: Counter[str] = Counter()
 
 
 def _forwarded(pending: PendingRequest | None) -> Forwarded | None:
@@ -65,13 +76,19 @@ class SteeringRouter(FIFOMixin, RequestRouter):
             if named is not None:
                 return [[named]]
             forwarded = None
+        if forwarded is not None and forwarded.avoid:
+            by_id = {n: r for n, r in by_id.items() if n not in forwarded.avoid} or by_id
         candidates = [self._candidate(name, r, forwarded) for name, r in by_id.items()]
-        return [[by_id[name] for name in rank] for rank in ranked(candidates, self._rng)]
+        ranks = [[by_id[name] for name in rank] for rank in ranked(candidates, self._rng)]
+        picked = pending_request is not None and pending_request.kwargs.get(PICKED)
+        if picked and forwarded is not None and ranks:
+            self._remember(forwarded, ranks[0][0].replica_id.unique_id)
+        return ranks
 
     def _candidate(
         self, name: str, replica: RunningReplica, forwarded: Forwarded | None
     ) -> Candidate:
-        load = self.replica_queue_len_cache.get(replica.replica_id) or 0
+        load = max(self.replica_queue_len_cache.get(replica.replica_id) or 0, inflight[name])
         if forwarded is None:
             return Candidate(name, load)
         now, held = time.monotonic(), 0
@@ -88,13 +105,15 @@ class SteeringRouter(FIFOMixin, RequestRouter):
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
     ) -> None:
         forwarded = _forwarded(pending_request)
-        if forwarded is None:
-            return
-        name, now = replica_id.unique_id, time.monotonic()
+        if forwarded is not None:
+            self._remember(forwarded, replica_id.unique_id)
+
+    def _remember(self, forwarded: Forwarded, name: str) -> None:
+        now = time.monotonic()
         for piece in forwarded.affinity.prefix:
             self._held.setdefault(piece, {})[name] = now
             self._held.move_to_end(piece)
         while len(self._held) > MAX_PREFIXES:
             self._held.popitem(last=False)
         if forwarded.affinity.steering:
-            self._steering.setdefault(name, {})[forwarded.affinity.steering] = time.monotonic()
+            self._steering.setdefault(name, {})[forwarded.affinity.steering] = now

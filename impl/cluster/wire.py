@@ -1,10 +1,12 @@
 """What crosses between a cluster's deployments: a validated request, sent on whole.
 
 The ingress has run the request through the contract (security, the strict body
-reader, Connexion's validation) before it becomes a `Forwarded`; the engine
-replica runs it through its own server in process (http/inprocess.py) and
-streams back the ASGI messages it sends, so a reply is byte for byte what a
-single `miserver serve` sends, with two headers added: `X-miLLM-Replica` (which
+reader, Connexion's validation) before it becomes a `Forwarded`: what the
+router places (router.py), what the ingress sends to the chosen replica's port
+as HTTP (hop.py), and what the control sends a replica through its handle,
+which runs it through its own server in process (http/inprocess.py) and
+streams back the ASGI messages it sends. Either way a reply is byte for byte
+what a single `miserver serve` sends, with two headers added: `X-miLLM-Replica` (which
 replica served it) and `X-miLLM-Epoch` (the cluster's epoch it was served at).
 """
 
@@ -45,7 +47,7 @@ DROPPED = frozenset(
 class Forwarded:
     """One validated request. `epoch` is the cluster's epoch when the ingress admitted it:
     only a replica at that epoch or later serves it. `replica`, when set, is the one
-    replica that may take it."""
+    replica that may take it; `avoid`, those the router passes over while others live."""
 
     method: str
     path: str
@@ -57,6 +59,7 @@ class Forwarded:
     affinity: Affinity = NONE
     replica: str | None = None
     background: bool = False  # a Batch API line's: behind interactive requests, preemptible
+    avoid: frozenset[str] = frozenset()  # replicas lost on an earlier try of this request
 
 
 def kept_headers(headers: Sequence[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:

@@ -389,6 +389,40 @@ def _one(v1: httpx.Client, i: int) -> tuple[int, str, dict[str, str]]:
         return response.status_code, text, dict(response.headers)
 
 
+def _http_ports(process: psutil.Process) -> list[tuple[str, int]]:
+    """The IPv4 ports `process` listens on that answer HTTP/1.1 (Ray's own speak gRPC)."""
+    found = []
+    for connection in process.net_connections(kind="tcp4"):
+        if connection.status != psutil.CONN_LISTEN:
+            continue
+        host, port = connection.laddr
+        host = "127.0.0.1" if host == "0.0.0.0" else host
+        try:
+            httpx.get(f"http://{host}:{port}/health", timeout=2.0)
+        except httpx.HTTPError:
+            continue
+        found.append((host, port))
+    return found
+
+
+def test_a_replicas_own_port_refuses_a_request_without_the_clusters_key(
+    cluster: LiveServer,
+) -> None:
+    """Issue 49 item 2: the ingress reaches each engine replica over HTTP, on a port of the
+    replica's own (cluster/hop.py); that port is the cluster's, not the clients': without
+    the key the ingress holds, or with another, a request gets 403 and reaches no model."""
+    for replica in _engine_replicas(cluster):
+        ports = _http_ports(replica)
+        assert len(ports) == 1, (replica.pid, ports)
+        host, port = ports[0]
+        body = {"model": GGUF_ID, "messages": [{"role": "user", "content": "hi"}]}
+        for headers in ({}, {"X-miLLM-Cluster-Key": "guess", "X-miLLM-Admitted-Epoch": "9"}):
+            url = f"http://{host}:{port}/v1/chat/completions"
+            refused = httpx.post(url, json=body, headers=headers, timeout=10.0)
+            assert refused.status_code == 403, refused.text
+            assert refused.content == b""
+
+
 def test_a_replica_killed_during_a_burst_costs_no_500(
     cluster: LiveServer, v1: httpx.Client, api: httpx.Client
 ) -> None:
