@@ -229,6 +229,17 @@ def bf16_models_dir(gguf_path: Path) -> Path:
 TIMING = "timing"
 """The xdist group of the modules whose tests bound a time or a rate: one worker runs them
 all, one after another, so no two of them ever measure at once."""
+LONG = (
+    "tests/integration/test_device_check.py",
+    "tests/e2e/test_cluster.py",
+    "tests/e2e/test_coding_agent.py",
+    "tests/conformance/test_kit_against_our_server.py",
+    "tests/integration/test_sae_training.py",
+    "tests/e2e/test_batched_steering.py",
+)
+"""Groups of few tests that each take half a minute or more: handed out first. xdist hands
+out the others by their number of tests, most first, which would leave these to the end,
+where one worker runs one of them alone while the other has nothing left."""
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -246,3 +257,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order the controller hands groups out in
+        items[:] = handed_out(items)
+
+
+def _group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    assert marker is not None
+    return str(marker.kwargs.get("name", marker.args[0] if marker.args else ""))
+
+
+def handed_out(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` with each group's tests together (in their order), the LONG groups first,
+    then the rest by their number of tests, most first (tools/check.py runs xdist with
+    `--no-loadscope-reorder`, so this order is the one it hands out)."""
+    sizes = Counter(_group(item) for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        group = _group(item)
+        first = LONG.index(group) if group in LONG else len(LONG)
+        return first, -sizes[group], group
+
+    return sorted(items, key=rank)

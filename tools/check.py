@@ -32,8 +32,9 @@ PY = sys.executable
 SLOWEST = 40  # pytest's --durations: the slowest tests every CI log lists
 # pytest-xdist: two workers (two cores; every engine in the suite runs one thread, so two
 # workers never run two OpenMP teams on a core), a module's tests on one worker
-# (tests/conftest.py groups them; the TIMING group runs together)
-WORKERS = ["-n", "2", "--dist", "loadgroup"]
+# (tests/conftest.py groups them; the TIMING group runs together), the groups handed out in
+# the order tests/conftest.py collects them (its LONG ones first)
+WORKERS = ["-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"]
 STEPS: list[tuple[str, list[str]]] = [
     ("format", [PY, "-m", "ruff", "format", "--check", "impl", "tools", "tests", "conformance"]),
     ("lint", [PY, "-m", "ruff", "check", "impl", "tools", "tests", "conformance"]),
