@@ -33,3 +33,15 @@ def parsed(argv: Sequence[str], *, facing: bool) -> tuple[Settings, Mapping[str,
             settings, host="127.0.0.1", api_key=None, api_key_file=None, no_api_key=False
         )
     return settings, params.launch_values(args)
+
+
+def engine_threads(settings: Settings, reserved_cpus: float) -> Settings:
+    """An engine replica's settings, its `--threads` the CPUs Ray reserved for it
+    (`engine_cpus`) when the flags left it 0: replicas Ray places on one machine then run
+    no more threads than it has cores between them (a replica's default is every usable
+    core: two on two cores ran at a third of one server under eight clients,
+    BENCHMARKS.md). With none reserved (`engine_cpus` 0, replicas sharing the cores) the
+    server's own default stays."""
+    if settings.threads or reserved_cpus < 1:
+        return settings
+    return dataclasses.replace(settings, threads=int(reserved_cpus))

@@ -47,6 +47,8 @@ class EngineReplica:
         self, argv: Sequence[str], key: str
     ) -> None:
         settings, flags = options.parsed(argv, facing=False)
+        assigned = ray.get_runtime_context().get_assigned_resources()  # type: ignore[no-untyped-call]
+        settings = options.engine_threads(settings, float(assigned.get("CPU", 0.0)))
         self._key = key.encode()
         self._server = Server(settings, flags=flags, batches=False)
         self._epochs = EpochStore(self._server.database)
