@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -28,8 +27,6 @@ import uvicorn
 from starlette.types import ASGIApp, Message
 
 from .wire import Forwarded
-
-log = logging.getLogger(__name__)
 
 ENDPOINT = "http"  # the replica's metadata key: "host:port"
 KEY = b"x-millm-cluster-key"
@@ -92,11 +89,6 @@ class Port:
         self.endpoint = f"{host}:{port}"
         return self.endpoint
 
-    async def stop(self) -> None:
-        self._server.should_exit = True
-        if self._serving is not None:
-            await self._serving
-
 
 class Hop:
     """The ingress's connections to the replicas' ports (kept alive, one pool)."""
@@ -139,7 +131,3 @@ class Hop:
                 yield {"type": "http.response.body", "body": b"", "more_body": False}
         except (aiohttp.ClientError, OSError) as exc:
             raise ReplicaLost(f"replica at {endpoint}: {exc!r}") from exc
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()

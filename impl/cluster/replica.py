@@ -81,8 +81,6 @@ class EngineReplica:
             await send({"type": "http.response.start", "status": 403, "headers": []})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        if stamped.epoch > self._applied.epoch:
-            await self.catch_up(stamped.epoch)
         inner = inprocess.scope_of(
             scope["method"], scope["path"], scope["query_string"], stamped.headers
         )
@@ -90,7 +88,7 @@ class EngineReplica:
         async def marked(message: Message) -> None:
             await send(self._marked(message))
 
-        with in_background() if stamped.background else contextlib.nullcontext():
+        async with self._admitted(stamped.epoch, stamped.background):
             await self._server(inner, receive, marked)
 
     @property
@@ -100,13 +98,10 @@ class EngineReplica:
     async def serve(self, forwarded: Forwarded) -> AsyncIterator[list[Message]]:
         """The server's answer to `forwarded`, its messages in lists as they come (each item
         crossing a handle costs, so what is ready crosses together)."""
-        if forwarded.epoch > self._applied.epoch:
-            await self.catch_up(forwarded.epoch)
         scope = inprocess.scope_of(
             forwarded.method, forwarded.path, forwarded.query, forwarded.headers
         )
-        # a Batch API line asks in the background here as it would on the control's server
-        with in_background() if forwarded.background else contextlib.nullcontext():
+        async with self._admitted(forwarded.epoch, forwarded.background):
             held: list[Message] = []  # a stream's start waits for its first event
             async for messages in inprocess.exchange(self._server, scope, forwarded.body):
                 ready = [*held, *map(self._marked, messages)]
@@ -115,6 +110,16 @@ class EngineReplica:
                     yield ready
             if held:
                 yield held
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, epoch: int, background: bool) -> AsyncIterator[None]:
+        """Serving a request the ingress admitted at `epoch`: this replica caught up to it
+        first; a Batch API line's asks in the background here as it would on the control's
+        server."""
+        if epoch > self._applied.epoch:
+            await self.catch_up(epoch)
+        with in_background() if background else contextlib.nullcontext():
+            yield
 
     def _marked(self, message: Message) -> Message:
         """A response's start with X-miLLM-Replica and X-miLLM-Epoch added."""
