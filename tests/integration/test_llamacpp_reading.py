@@ -206,3 +206,48 @@ def test_the_serial_context_takes_its_tap_when_a_generation_first_reads() -> Non
         assert greedy(engine, CHAT, Hooks()) == plain
     finally:
         engine.close()
+
+
+def test_the_batch_takes_its_tap_when_a_monitored_row_first_joins() -> None:
+    """Issue 43 (batch.py `Rows._take_tap`): the batch's context runs no evaluation callback
+    until a monitored row joins. Then it is made anew with the tap while another row decodes:
+    that row's KV goes over, so its tokens are those it makes alone, and its sequence's
+    prefix is kept for the next request; the monitored row reads what it reads alone."""
+    options = LoadOptions(threads=ENGINE_THREADS, ctx_size=1024, parallel=2)
+    engine = load_llamacpp_engine(smollm2_gguf(), model_id="rows-tap:Q4_1", options=options)
+    try:
+        batch = engine.batch
+        assert batch is not None
+        params = SamplingParams(max_tokens=2 * TOKENS, temperature=0.0)
+        chat = engine.render_chat(CHAT)
+        [first] = batch.join_all([Joiner(chat, params, None)])
+        [alone_ids] = stepped(batch, [first])  # type: ignore[list-item]
+        assert not batch.tapped
+
+        [row] = batch.join_all([Joiner(chat, params, None)])
+        assert not isinstance(row, Exception)
+        made = [row.last]
+        for _ in range(TOKENS - 1):  # halfway through when the monitored row joins
+            batch.step([row])
+            made.append(row.last)
+        monitor = norms()
+        hooks = Hooks(monitor=monitor)
+        short = SamplingParams(max_tokens=TOKENS, temperature=0.0)
+        [watched] = batch.join_all([Joiner(engine.render_chat(OTHER), short, None, hooks)])
+        assert not isinstance(watched, Exception)
+        assert batch.tapped
+        rest, watched_ids = stepped(batch, [row, watched])
+        made += rest[1 : row.budget - len(made) + 1]
+        assert [t.token_id for t in made] == [t.token_id for t in alone_ids]
+
+        alone = norms()
+        assert [t.token_id for t in watched_ids] == greedy(engine, OTHER, Hooks(monitor=alone))
+        assert monitor.values(0) == pytest.approx(alone.values(0), rel=1e-3)
+
+        [again] = batch.join_all([Joiner(chat, params, None)])
+        assert not isinstance(again, Exception)
+        assert again.cached == len(chat) - 1  # the prefix went over with the sequence
+        [again_ids] = stepped(batch, [again])
+        assert [t.token_id for t in again_ids] == [t.token_id for t in alone_ids]
+    finally:
+        engine.close()

@@ -40,7 +40,8 @@ A row's probe monitor (engines/monitor.py) is fed through the context's tap
 (tap.py): at a step, the rows of the group it decodes in are read at its
 layers and it takes its own row; its prompt is prefilled on its own, so every
 row the tap reads there is its. A monitored row reuses no kept prefix: its
-values cover every prompt position.
+values cover every prompt position. The context takes the tap when the first
+monitored row joins (`_take_tap`): until then it runs no callback.
 
 One step must be one forward pass. With a KV stream per sequence, llama.cpp
 cuts a batch into micro-batches wherever a token's sequence id is not the
@@ -59,6 +60,7 @@ Everything runs in the engine's one worker thread; nothing here is locked.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -152,15 +154,13 @@ class Rows:
         params.n_seq_max = capacity
         params.kv_unified = False
         params.embeddings = False
-        n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
-        self._tap = Tap(int(llama.n_embd()), n_layer)
-        params.cb_eval = self._tap.callback
-        self._context = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
-        self._ctx = self._context.ctx
-        self._cvec = ControlVector(self._ctx, int(llama.n_embd()), n_layer)
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        params.cb_eval = ctypes.cast(0, llama_cpp.ggml_backend_sched_eval_callback)  # none
+        self._params = params
+        self._llama = llama
+        self._n_layer = int(llama_cpp.llama_model_n_layer(llama.model))
+        self._tap = Tap(int(llama.n_embd()), self._n_layer)  # on the context once a row reads
+        self._tapped = False
         self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
-        self._logits = Logits(self._ctx, int(llama.n_vocab()))
         self._n_batch = int(params.n_batch)
         self._batch = llama_cpp.llama_batch_init(max(self._n_batch, capacity), 0, 1)
         self._sequences = [_Sequence() for _ in range(capacity)]
@@ -169,12 +169,28 @@ class Rows:
         self.window = window
         self.chunk = chunk  # prompt tokens a step while rows decode; 0: a whole prompt
         self._closed = False
-        self._states = None
-        if cache is not None and cache.enabled:  # states keyed by the batch's streams
-            self._states = States(self._ctx, cache, capacity)
+        self._cache = cache
         # sequences a copy reads or writes at the next decode (llama.cpp copies a stream's
         # data then, its cells at once): their KV is neither saved nor restored until then
         self._copying: set[int] = set()
+        self._bind(_internals.LlamaContext(model=llama._model, params=params, verbose=False))
+
+    def _bind(self, context: _internals.LlamaContext) -> None:
+        """Make `context` the batch's, and what holds its pointer anew."""
+        self._context = context
+        self._ctx = context.ctx
+        self._cvec = ControlVector(self._ctx, int(self._llama.n_embd()), self._n_layer)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._logits = Logits(self._ctx, int(self._llama.n_vocab()))
+        cache = self._cache
+        self._states = None
+        if cache is not None and cache.enabled:  # states keyed by the batch's streams
+            self._states = States(self._ctx, cache, self.capacity)
+
+    @property
+    def tapped(self) -> bool:
+        """Whether the context carries the tap yet (a monitored row has joined)."""
+        return self._tapped
 
     # -- rows --------------------------------------------------------------------
 
@@ -183,6 +199,8 @@ class Rows:
         tokens are prefilled together and each is `ready`; else at the next steps (`step`).
         A failed prefill leaves every one of their sequences free and raises."""
         self._check_open()
+        if any(j.monitor is not None for j in joiners):
+            self._take_tap()
         prompts = [prompt_row(j.prompt_ids, self.window) for j in joiners]
         busy = len(self._busy())
         if len(prompts) > self.capacity - busy:
@@ -290,6 +308,42 @@ class Rows:
         self._context.close()  # type: ignore[no-untyped-call]
 
     # -- inside ------------------------------------------------------------------
+
+    def _take_tap(self) -> None:
+        """Make the context anew with the tap as its evaluation callback, the first time a
+        monitored row joins (until then none runs: the idle callback's calls from C into
+        Python, about 940 a step, cost a step a few percent in a server whose event loop
+        wants the same interpreter). Every sequence's KV goes over to the new context
+        (`llama_state_seq_get_data`, then `set_data`): the busy rows go on decoding, the
+        free ones keep their prefixes. A free sequence a pending copy writes is dropped;
+        a busy one cannot be (a step decodes after every join while rows are busy)."""
+        if self._tapped:
+            return
+        states: dict[int, ctypes.Array[ctypes.c_ubyte]] = {}
+        for n, sequence in enumerate(self._sequences):
+            if n in self._copying:
+                if sequence.row is not None:
+                    raise RuntimeError("a busy row's KV is still being copied")
+                sequence.held, sequence.key = [], ()
+                continue
+            size = int(llama_cpp.llama_state_seq_get_size(self._ctx, n))
+            if size <= 0 or llama_cpp.llama_memory_seq_pos_max(self._memory, n) < 0:
+                continue
+            buffer = (ctypes.c_ubyte * size)()
+            if int(llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, n)) <= 0:
+                raise RuntimeError(f"saving sequence {n}'s state failed")
+            states[n] = buffer
+        self._copying.clear()
+        self._context.close()  # type: ignore[no-untyped-call]
+        self._params.cb_eval = self._tap.callback
+        self._tapped = True
+        self._bind(
+            _internals.LlamaContext(model=self._llama._model, params=self._params, verbose=False)
+        )
+        for n, buffer in states.items():
+            read = llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(buffer), n)
+            if int(read) <= 0:
+                raise RuntimeError(f"restoring sequence {n}'s state failed")
 
     def _check_open(self) -> None:
         if self._closed:

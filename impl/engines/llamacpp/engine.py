@@ -287,6 +287,11 @@ class RowsBatch(RowsBatchBase[Rows, Row]):
         super().__init__(rows, Row)
         self._engine = engine
 
+    @property
+    def tapped(self) -> bool:
+        """Whether the batch's context carries the tap yet (a monitored row has joined)."""
+        return self._rows.tapped
+
     def join(self, joiner: Joiner) -> Row:
         """`join_all` of one: the sequence stays free if the prefill fails."""
         [row] = self._rows.join_all([self._joining(joiner)])

@@ -5,12 +5,14 @@ llama.cpp names the residual stream a decoder layer outputs `l_out-<il>`
 there, steering.py). While a context computes a decode, its scheduler asks
 the evaluation callback, node by node, whether it wants a tensor's data;
 for one it wants, it computes the graph up to that node and hands the tensor
-over, then goes on. A `Tap` is that callback, kept for the context's life:
-the batch's context is made with it, the serial one made anew with it the
-first time a generation reads (context.py), so a server whose requests never
-read runs no callback at all there. It wants nothing while no reading is open
-(`want` empty): each node costs one call that returns at once, and the graph
-runs in one piece. With layers wanted it answers only for their `l_out`
+over, then goes on. A `Tap` is that callback, kept for the context's life
+once there: each context is made anew with it the first time something reads
+on it (the serial one at a generation's first reading, context.py; the
+batch's when its first monitored row joins, its sequences' KV carried over,
+batch.py), so a server whose requests never read runs no callback at all. It
+wants nothing while no reading is open (`want` empty): each node costs one
+call from C into Python that returns at once, and the graph runs in one
+piece. With layers wanted it answers only for their `l_out`
 tensors (a node's name is looked at through its first eight bytes, read in
 place, and read whole only where they match) and copies each out as float32
 rows [tokens, width], one row per token of the micro-batch in the order the
