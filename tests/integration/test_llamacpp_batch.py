@@ -9,9 +9,11 @@ serial runs may, context.py), which can flip a near tie (docs/DECISIONS.md).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -25,6 +27,8 @@ from miserver.engines.base import (
     SamplingParams,
 )
 from miserver.engines.llamacpp import LlamaCppEngine, load_llamacpp_engine
+from miserver.serving.completions.batching import Batcher
+from miserver.serving.completions.generation import ChoiceJob, TextDelta
 from tests.engines import greedy, run, smollm2_gguf
 from tools.device_check.engine import stepped
 
@@ -329,3 +333,44 @@ def test_a_capped_step_prefills_at_most_the_cap(chunked: LlamaCppEngine) -> None
     assert all(0 < b - a <= 4 for a, b in itertools.pairwise(ran)) and len(ran) > 3
     batch.leave(running)
     batch.leave(joining)
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    """One worker thread, as an engine's executor; counts the jobs it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.jobs = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.jobs += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_paced_stream_steps_in_bursts_with_its_text_in_order(engine: LlamaCppEngine) -> None:
+    """Issue 43 (batching.py `Batcher._post`): a streamed row's text pieces within its pace
+    wait in its inbox and the steps go on in the same job, so a paced stream wakes the
+    event loop about once a pace (BURST_S at most a job), not once a token; its text is the
+    same, in order, as a stream with no pace, which wakes the loop at every step."""
+    ids = prompt(engine, "bread")
+    batch = engine.batch
+    assert batch is not None
+
+    async def streamed(pace: float) -> tuple[str, int]:
+        with _CountingExecutor() as executor:
+            batcher = Batcher(engine, batch, executor)
+            params = SamplingParams(max_tokens=24, temperature=0.0)
+            job = ChoiceJob(prompt_ids=ids, params=params, stop_strings=(), rng=None)
+            text = ""
+            async for event in batcher.events(job, pace):
+                if isinstance(event, TextDelta):
+                    text += event.text
+                else:
+                    assert event.finish_reason == "length"
+            return text, executor.jobs
+
+    every, every_jobs = asyncio.run(streamed(0.0))
+    paced, paced_jobs = asyncio.run(streamed(10.0))
+    assert paced == every
+    assert every_jobs >= 24  # an admission, then a job a step
+    assert paced_jobs <= 12  # an admission, then a job a BURST_S

@@ -143,6 +143,45 @@ def test_pieces_within_the_pace_wait_and_go_out_joined() -> None:
     assert ended == [TextDelta("a"), TextDelta("bcd"), TextDelta("e"), ChoiceEnd("stop", 5)]
 
 
+def test_a_held_piece_waits_in_the_inbox_and_one_due_is_refused() -> None:
+    """Issue 43 (batching.py `Batcher._post`): from the engine's thread, a piece within the
+    pace is kept without waking the reader (the batch's steps go on); a piece past the pace
+    and an end are refused, to be `put` on the loop's thread, which wakes the reader with
+    every piece kept before, joined, in order; with no pace nothing is held."""
+
+    async def main() -> tuple[list[bool], list[ChoiceEvent], list[ChoiceEvent]]:
+        clock = _Clock()
+        inbox = Inbox(pace=0.05, clock=clock)
+        got: list[ChoiceEvent] = []
+
+        async def read() -> None:
+            async for event in inbox.read():
+                got.append(event)
+
+        reader = asyncio.create_task(read())
+        await _settle()
+        held = [inbox.hold(TextDelta("a"))]  # the first piece is due: refused
+        inbox.put(TextDelta("a"))
+        await _settle()
+        clock.now += 0.01
+        held += [inbox.hold(TextDelta("b")), inbox.hold(TextDelta("c"))]
+        await _settle()
+        before = list(got)
+        clock.now += 0.05
+        held.append(inbox.hold(TextDelta("d")))  # past the pace: refused
+        inbox.put(TextDelta("d"))
+        held.append(inbox.hold(ChoiceEnd("stop", 4)))  # an end is never held
+        inbox.put(ChoiceEnd("stop", 4))
+        await reader
+        held.append(Inbox(pace=0.0, clock=clock).hold(TextDelta("e")))  # no pace: never held
+        return held, before, got
+
+    held, before, got = asyncio.run(main())
+    assert held == [False, True, True, False, False, False]
+    assert before == [TextDelta("a")]
+    assert got == [TextDelta("a"), TextDelta("bcd"), ChoiceEnd("stop", 4)]
+
+
 def test_no_pace_wakes_the_reader_for_every_piece() -> None:
     """`--stream-interval 0`: each piece goes out alone, as it is made (OAI-STREAM-03)."""
 

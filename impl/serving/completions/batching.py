@@ -107,6 +107,7 @@ class Batcher:
     arrivals: Arrivals = field(default_factory=Arrivals)
     _joining: list[_Member] = field(default_factory=list)
     _outbox: list[tuple[Inbox, ChoiceEvent]] = field(default_factory=list)
+    _waking: set[Inbox] = field(default_factory=set)  # the inboxes with events in `_outbox`
     _rows: list[_Member] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
     _ended: int = 0  # rows that ended together in the step that left the batch idle
@@ -162,14 +163,20 @@ class Batcher:
         return self.arrivals.coming == 0 and joining >= (self._ended if recent else 0)
 
     def _post(self, inbox: Inbox, event: ChoiceEvent) -> None:
-        """A row's event, held until its step is over (on the engine's thread)."""
-        self._outbox.append((inbox, event))
+        """A row's event, on the engine's thread: a text piece that would not wake its
+        reader yet (a paced stream's, `Inbox.hold`) waits in its inbox at once; any other
+        waits until its step is over, and the steps stop there to deliver it (so are the
+        pieces after it, in order)."""
+        if inbox in self._waking or not inbox.hold(event):
+            self._outbox.append((inbox, event))
+            self._waking.add(inbox)
 
     async def _deliver(self) -> None:
         """The step's events to their readers, in one go on the event loop's thread, and
         their readers run before the next step starts: the loop wakes once per step, and
         its work never competes with the engine's threads for the cores."""
         outbox, self._outbox = self._outbox, []
+        self._waking.clear()
         for inbox, event in outbox:
             inbox.put(event)
         if outbox:
@@ -197,10 +204,11 @@ class Batcher:
     def _steps(self, joined: int) -> None:
         """Blocking, on the engine's thread: one step, then more in the same job while nothing
         needs the event loop (BURST_S at most): no event to deliver (a JSON row's text comes
-        at its end, a stream's every step), no choice waiting to join, a row still decoding.
-        One client's JSON reply then wakes the loop about once a BURST_S, not once a token,
-        and the loop's work stops competing with the forward pass for the cores; a joiner
-        waits one step as before, and work queued for the engine (scoring) BURST_S at most."""
+        at its end, a paced stream's when its reader is due one), no choice waiting to join,
+        a row still decoding. One client's JSON reply then wakes the loop about once a
+        BURST_S, and a stream's once its pace, not once a token, and the loop's work stops
+        competing with the forward pass for the cores; a joiner waits one step as before,
+        and work queued for the engine (scoring) BURST_S at most."""
         self._step(joined)
         deadline = time.perf_counter() + BURST_S
         while self._rows and not self._outbox and not self._joining:

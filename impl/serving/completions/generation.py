@@ -287,6 +287,15 @@ class Inbox:
         if self._due(event):
             self._loop.call_soon_threadsafe(self._wake)
 
+    def hold(self, event: ChoiceEvent) -> bool:
+        """From the engine's thread: keep `event` here without waking the reader when it
+        would not wake it (a text piece within `pace` of the last that did), True; else
+        False, and the caller `put`s it on the loop's thread."""
+        if isinstance(event, TextDelta) and self._clock() - self._woken < self._pace:
+            self._events.append(event)
+            return True
+        return False
+
     def put(self, event: ChoiceEvent) -> None:
         """From the event loop's own thread."""
         self._events.append(event)
