@@ -336,14 +336,23 @@ class Rows:
         self._copying.clear()
         self._context.close()  # type: ignore[no-untyped-call]
         self._params.cb_eval = self._tap.callback
+        try:
+            made = _internals.LlamaContext(
+                model=self._llama._model, params=self._params, verbose=False
+            )
+        except BaseException:
+            self._closed = True  # no context left: every later call fails, none crashes
+            llama_cpp.llama_batch_free(self._batch)
+            raise
         self._tapped = True
-        self._bind(
-            _internals.LlamaContext(model=self._llama._model, params=self._params, verbose=False)
-        )
+        self._bind(made)
         for n, buffer in states.items():
-            read = llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(buffer), n)
-            if int(read) <= 0:
+            if int(llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(buffer), n)) > 0:
+                continue
+            llama_cpp.llama_memory_seq_rm(self._memory, n, -1, -1)
+            if self._sequences[n].row is not None:
                 raise RuntimeError(f"restoring sequence {n}'s state failed")
+            self._sequences[n].held, self._sequences[n].key = [], ()  # a free one: forgotten
 
     def _check_open(self) -> None:
         if self._closed:
