@@ -46,6 +46,8 @@ pytestmark = [
 """The default model: what `miserver serve` loads with no `--model`."""
 MAX_TOKENS = 512
 """Generous: structured output and tool calls must be able to finish their document."""
+RETRIES = 8
+"""A request's retries of a 503 model_busy while the model switches back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +60,13 @@ class Target:
     http_async_client: http.AsyncClient
 
     def clients(self) -> dict[str, Any]:
-        """LangChain's own retry default stays: the model-override tests name the conversion,
-        and a request that meets the switch back gets 503 model_busy with Retry-After."""
+        """The model-override tests name the conversion, and a request that meets the switch
+        back gets 503 model_busy with Retry-After (1 s): up to RETRIES tries, a second apart,
+        where LangChain's default two did not outlast a switch on a busy CI machine."""
         return {
             "base_url": self.base_url,
             "api_key": "not-needed",
+            "max_retries": RETRIES,
             "timeout": openai_reference.TIMEOUT,
             "http_client": self.http_client,
             "http_async_client": self.http_async_client,
